@@ -1,0 +1,1 @@
+"""autotune: a cudnn.benchmark-style dispatcher over convalgos (being written)."""

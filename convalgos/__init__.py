@@ -1,0 +1,18 @@
+"""convalgos: 2-D convolution computed by several algorithms that all compute the same function.
+
+    >>> import numpy as np, convalgos
+    >>> x = np.random.rand(1, 3, 32, 32).astype(np.float32)
+    >>> w = np.random.rand(8, 3, 3, 3).astype(np.float32)
+    >>> y = convalgos.conv2d(x, w, padding=1, algo="winograd_4x4")
+"""
+from . import reference
+# Importing an algorithm's module registers it: this is the order ALGORITHMS lists them in.
+from . import direct, im2col, fft, fft_tiled, winograd  # noqa: F401  (registration)
+from .conv import conv2d
+from .params import ConvParams
+from .registry import ALGORITHMS, Algorithm, Support, UnsupportedError, get_algorithm, release_workspaces
+
+__version__ = "0.1.0"
+
+__all__ = ["conv2d", "ConvParams", "ALGORITHMS", "Algorithm", "Support", "UnsupportedError", "get_algorithm",
+           "release_workspaces", "reference", "__version__"]
