@@ -1,1 +1,256 @@
-"""(being written)"""
+"""Winograd F(m x m, 3 x 3) convolution for m = 2, 4, 6: "winograd_2x2", "winograd_4x4", "winograd_6x6".
+
+Maths (Lavin & Gray 2016). Cut the output into m x m tiles; tile (ty, tx) needs the alpha x alpha input patch
+(alpha = m + 2) at (ty*m, tx*m) of the zero-padded input. With the Cook-Toom matrices A^T (m x alpha),
+G (alpha x 3), B^T (alpha x alpha) of F(m, 3) from ``convalgos.cooktoom``, for every group:
+
+    U[xi][k, c] = (G w[k, c] G^T)[xi]                     filter transform, once per call
+    V[xi][c, p] = (B^T d[c, p] B)[xi]                     input transform, every tile p and channel c
+    M[xi]       = U[xi] @ V[xi]      (Kg x Cg) @ (Cg x P)  alpha^2 independent GEMMs, one batched matmul
+    y[k, p]     = A^T M[:, k, p] A   (cropped)             output transform
+
+where xi runs over the alpha^2 positions of a transformed tile. The convolution over the channels becomes a
+GEMM per xi because the transforms are linear and act on each (k, c) pair separately.
+
+Multiplies per output tile of m x m, per (k, c) pair: alpha^2 = (m + 2)^2 elementwise products against
+m^2 * 9 directly: 16 vs 36 (2.25x fewer) for m = 2, 36 vs 144 (4x) for m = 4, 64 vs 324 (5.06x) for m = 6.
+
+FLOPs (``flops``): the GEMMs, 2 * alpha^2 * Kg * Cg * groups * P with P = N * ceil(Ho/m) * ceil(Wo/m) tiles,
+plus the transforms as done: applying X (b x a) on both sides of a tile, X d X^T, costs 2 * nnz(X) * (a + b)
+(one multiply-add per nonzero of X per row or column; zeros are skipped): per tile and channel for B^T,
+per tile and output channel for A^T, per (k, c) for G.
+
+Workspace (``workspace_bytes``): U (alpha^2 K Cg), the padded input (N C Hpad Wpad, Hpad = m*ceil(Ho/m) + 2,
+likewise Wpad), and V (alpha^2 C Pc) and M (alpha^2 K Pc) for a chunk of Pc tiles: whole rows of tiles, as
+many as keep V and M within ``chunk_bytes``. Each kernel also allocates a few alpha x alpha x tiles_w scratch
+arrays per loop iteration (a few KiB, not counted).
+
+Constraints: a 3x3 kernel, stride 1, dilation 1; any padding (asymmetric too), any groups. Depthwise layers
+(Cg = 1) run but are slow: each GEMM degenerates to Kg x 1 by 1 x P, an elementwise product, so the alpha^2
+per-tile savings are eaten by the transforms and by alpha^2 * C tiny matmul calls; ``direct`` is the
+algorithm for them.
+
+Accuracy: the filter transform is done in float64 (G has entries like 1/90), B^T is integer and A^T holds
+powers of two, so the float32 error comes from the transforms' cancellation, which grows with the tile size
+(the points 2 and 1/2 of F(6, 3) give A^T entries up to 32 and B^T entries up to 21); measured normwise
+float32 errors on C = K = 512, 14x14 layers are in ``tolerance``'s comments.
+"""
+from __future__ import annotations
+
+import numpy as np
+from numba import njit, prange
+
+from .cooktoom import cook_toom
+from .params import ConvParams
+from .registry import SUPPORTED, Algorithm, register, unsupported
+
+
+@njit(cache=True)
+def _sandwich(X, D, T, out):
+    """out[i, j, :] = sum_{k, l} X[i, k] D[k, l, :] X[j, l]: X D X^T for a batch of tiles on the last axis.
+
+    X: (b, a); D: (a, a, P) tiles; T: (b, a, P) scratch; out: (b, b, P). Zeros of X are skipped."""
+    b, a = X.shape
+    P = D.shape[2]
+    for i in range(b):                                   # T = X D
+        for l in range(a):
+            for p in range(P):
+                T[i, l, p] = 0.0
+            for k in range(a):
+                v = X[i, k]
+                if v != 0.0:
+                    for p in range(P):
+                        T[i, l, p] += v * D[k, l, p]
+    for i in range(b):                                   # out = T X^T
+        for j in range(b):
+            for p in range(P):
+                out[i, j, p] = 0.0
+            for l in range(a):
+                v = X[j, l]
+                if v != 0.0:
+                    for p in range(P):
+                        out[i, j, p] += v * T[i, l, p]
+
+
+@njit(parallel=True, cache=True)
+def _filter_transform(w, G, U):
+    """U[:, :, k, c] = G w[k, c] G^T, computed in G's dtype (float64). U: (alpha, alpha, K, Cg)."""
+    K, Cg, r, _ = w.shape
+    alpha = G.shape[0]
+    for k in prange(K):
+        D = np.empty((r, r, Cg), G.dtype)
+        T = np.empty((alpha, r, Cg), G.dtype)
+        Y = np.empty((alpha, alpha, Cg), G.dtype)
+        for i in range(r):
+            for j in range(r):
+                for c in range(Cg):
+                    D[i, j, c] = w[k, c, i, j]
+        _sandwich(G, D, T, Y)
+        for i in range(alpha):
+            for j in range(alpha):
+                for c in range(Cg):
+                    U[i, j, k, c] = Y[i, j, c]
+
+
+@njit(parallel=True, cache=True)
+def _pad_input(x, top, left, xpad):
+    """xpad = x shifted by (top, left) inside zeros; xpad is at least as large as the shifted x."""
+    N, C, H, W = x.shape
+    for nc in prange(N * C):
+        n, c = nc // C, nc % C
+        plane = xpad[n, c]
+        plane[:top, :] = 0.0
+        plane[top + H:, :] = 0.0
+        for i in range(H):
+            row = plane[top + i]
+            row[:left] = 0.0
+            row[left:left + W] = x[n, c, i]
+            row[left + W:] = 0.0
+
+
+@njit(parallel=True, cache=True)
+def _input_transform(xpad, BT, m, q0, tiles_w, V):
+    """V[:, :, c, q*tiles_w + tx] = B^T d B for the tile (ty, tx) of tile row q0 + q (flattened over the batch).
+
+    xpad: (N, C, Hpad, Wpad); V: (alpha, alpha, C, P) with P = (rows in this chunk) * tiles_w."""
+    C, Hpad = xpad.shape[1], xpad.shape[2]
+    alpha = BT.shape[0]
+    tiles_h = (Hpad - alpha) // m + 1
+    n_rows = V.shape[3] // tiles_w
+    for cq in prange(C * n_rows):
+        c, q = cq // n_rows, cq % n_rows
+        n, ty = (q0 + q) // tiles_h, (q0 + q) % tiles_h
+        D = np.empty((alpha, alpha, tiles_w), xpad.dtype)
+        T = np.empty((alpha, alpha, tiles_w), xpad.dtype)
+        for k in range(alpha):
+            src = xpad[n, c, ty * m + k]
+            for l in range(alpha):
+                for tx in range(tiles_w):
+                    D[k, l, tx] = src[tx * m + l]
+        _sandwich(BT, D, T, V[:, :, c, q * tiles_w:(q + 1) * tiles_w])
+
+
+@njit(parallel=True, cache=True)
+def _output_transform(M, AT, q0, tiles_w, out):
+    """out[n, k, ty*m + i, tx*m + j] = (A^T M[:, :, k, p] A)[i, j], cropped to out's Ho x Wo.
+
+    M: (alpha, alpha, K, P) for the tile rows q0 .. q0 + P / tiles_w - 1; out: (N, K, Ho, Wo)."""
+    K, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
+    m, alpha = AT.shape
+    tiles_h = (Ho + m - 1) // m
+    n_rows = M.shape[3] // tiles_w
+    for kq in prange(K * n_rows):
+        k, q = kq // n_rows, kq % n_rows
+        n, ty = (q0 + q) // tiles_h, (q0 + q) % tiles_h
+        T = np.empty((m, alpha, tiles_w), M.dtype)
+        Y = np.empty((m, m, tiles_w), M.dtype)
+        _sandwich(AT, M[:, :, k, q * tiles_w:(q + 1) * tiles_w], T, Y)
+        for i in range(min(m, Ho - ty * m)):
+            dst = out[n, k, ty * m + i]
+            for tx in range(tiles_w):
+                for j in range(min(m, Wo - tx * m)):
+                    dst[tx * m + j] = Y[i, j, tx]
+
+
+def _nnz(matrix) -> int:
+    return sum(1 for row in matrix for v in row if v != 0)
+
+
+class Winograd(Algorithm):
+    """F(m x m, 3 x 3) Winograd convolution; one instance per output tile size m."""
+
+    deterministic = True
+    #: V and M of one chunk of tiles stay within this many bytes (whole tile rows; at least one row).
+    chunk_bytes = 32 << 20
+
+    def __init__(self, m: int, tolerance: dict[str, float]):
+        super().__init__()
+        self.m, self.r = m, 3
+        self.alpha = m + self.r - 1
+        self.name = f"winograd_{m}x{m}"
+        self.tolerance = tolerance
+        self.matrices = cook_toom(m, self.r)
+        self._float_matrices = {np.dtype(dt): self.matrices.as_float(dt) for dt in (np.float32, np.float64)}
+
+    # ---- sizes ---------------------------------------------------------------------------------------------
+    @property
+    def elementwise_multiplies_per_tile(self) -> int:
+        """Multiplies per m x m output tile and (k, c) pair: alpha^2 (direct: m^2 * 9)."""
+        return self.alpha ** 2
+
+    def _tiles(self, p: ConvParams) -> tuple[int, int]:
+        Ho, Wo = p.out_hw
+        return -(-Ho // self.m), -(-Wo // self.m)
+
+    def _padded_hw(self, p: ConvParams) -> tuple[int, int]:
+        tiles_h, tiles_w = self._tiles(p)
+        return tiles_h * self.m + self.r - 1, tiles_w * self.m + self.r - 1
+
+    def _rows_per_chunk(self, p: ConvParams) -> int:
+        """Tile rows per chunk: as many as fit V and M in chunk_bytes, balanced over the chunks."""
+        tiles_h, tiles_w = self._tiles(p)
+        row_bytes = self.alpha ** 2 * (p.C + p.K) * tiles_w * p.itemsize
+        rows = max(1, self.chunk_bytes // row_bytes)
+        n_rows = max(1, p.N * tiles_h)
+        n_chunks = -(-n_rows // rows)
+        return -(-n_rows // n_chunks)
+
+    # ---- the four questions --------------------------------------------------------------------------------
+    def supports(self, p: ConvParams):
+        if (p.R, p.S) != (3, 3):
+            return unsupported(f"{self.name} needs a 3x3 kernel, got {p.R}x{p.S}")
+        if p.stride != (1, 1):
+            return unsupported(f"{self.name} needs stride 1, got {p.stride}")
+        if p.dilation != (1, 1):
+            return unsupported(f"{self.name} needs dilation 1, got {p.dilation}")
+        return SUPPORTED
+
+    def workspace_bytes(self, p: ConvParams) -> int:
+        tiles_w = self._tiles(p)[1]
+        Hpad, Wpad = self._padded_hw(p)
+        tiles_per_chunk = self._rows_per_chunk(p) * tiles_w
+        elements = (self.alpha ** 2 * p.K * p.Cg + p.N * p.C * Hpad * Wpad
+                    + self.alpha ** 2 * (p.C + p.K) * tiles_per_chunk)
+        return elements * p.itemsize
+
+    def flops(self, p: ConvParams) -> int:
+        tiles_h, tiles_w = self._tiles(p)
+        P = p.N * tiles_h * tiles_w
+        a, m, r = self.alpha, self.m, self.r
+        mats = self.matrices
+        gemm = 2 * a * a * p.Kg * p.Cg * p.groups * P
+        input_transform = 2 * _nnz(mats.BT) * (a + a) * p.C * P
+        output_transform = 2 * _nnz(mats.AT) * (a + m) * p.K * P
+        filter_transform = 2 * _nnz(mats.G) * (r + a) * p.K * p.Cg
+        return gemm + input_transform + output_transform + filter_transform
+
+    def forward(self, x, w, p: ConvParams, out) -> None:
+        a2, cdt = self.alpha ** 2, x.dtype
+        AT, _, BT = self._float_matrices[cdt]
+        G = self._float_matrices[np.dtype(np.float64)][1]
+        tiles_h, tiles_w = self._tiles(p)
+        U = self.workspace.get("U", (self.alpha, self.alpha, p.K, p.Cg), cdt)
+        _filter_transform(w, G, U)
+        xpad = self.workspace.get("xpad", (p.N, p.C) + self._padded_hw(p), cdt)
+        (top, _), (left, _) = p.padding
+        _pad_input(x, top, left, xpad)
+
+        rows = self._rows_per_chunk(p)
+        V_all = self.workspace.get("V", (a2 * p.C * rows * tiles_w,), cdt)
+        M_all = self.workspace.get("M", (a2 * p.K * rows * tiles_w,), cdt)
+        U_gemm = U.reshape(a2, p.groups, p.Kg, p.Cg)
+        n_rows = p.N * tiles_h
+        for q0 in range(0, n_rows, rows):
+            P = min(rows, n_rows - q0) * tiles_w
+            V = V_all[:a2 * p.C * P].reshape(self.alpha, self.alpha, p.C, P)
+            M = M_all[:a2 * p.K * P].reshape(self.alpha, self.alpha, p.K, P)
+            _input_transform(xpad, BT, self.m, q0, tiles_w, V)
+            np.matmul(U_gemm, V.reshape(a2, p.groups, p.Cg, P), out=M.reshape(a2, p.groups, p.Kg, P))
+            _output_transform(M, AT, q0, tiles_w, out)
+
+
+# float32 errors measured on C = K = 512 layers (see tests/test_winograd.py); float16 is computed in float32
+# and rounded (2^-11 relative), float64 measured likewise with a wide margin.
+WINOGRAD_2X2 = register(Winograd(2, {"float16": 2e-3, "float32": 1e-5, "float64": 1e-13}))
+WINOGRAD_4X4 = register(Winograd(4, {"float16": 2e-3, "float32": 1e-4, "float64": 1e-12}))
+WINOGRAD_6X6 = register(Winograd(6, {"float16": 3e-3, "float32": 2e-4, "float64": 1e-12}))
