@@ -1,0 +1,81 @@
+"""What every benchmark needs: a machine description, interleaved median timing, and a results file."""
+from __future__ import annotations
+
+import datetime
+import os
+import platform
+import time
+from pathlib import Path
+
+import numpy as np
+
+RESULTS = Path(__file__).parent / "results"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine() -> str:
+    import numba
+    return (f"{cpu_model()}, {os.cpu_count()} cores, numba {numba.__version__} with {numba.get_num_threads()} "
+            f"threads, numpy {np.__version__}, Python {platform.python_version()}")
+
+
+def header(title: str) -> str:
+    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    return f"# {title}\n\nMachine: {machine()}.  \nDate: {today}.\n"
+
+
+def interleaved_medians(fns: dict, rounds: int = 7, min_seconds: float = 0.0) -> dict:
+    """Median seconds of each callable, timed in interleaved rounds (one warm-up first) so drift hits all alike.
+
+    Each round runs every callable once in turn; at least ``rounds`` rounds, more while the total is below
+    ``min_seconds``.
+    """
+    for fn in fns.values():
+        fn()
+    samples = {name: [] for name in fns}
+    start = time.perf_counter()
+    while len(next(iter(samples.values()), [])) < rounds or time.perf_counter() - start < min_seconds:
+        for name, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            samples[name].append(time.perf_counter() - t0)
+        if not fns:
+            break
+    return {name: float(np.median(s)) for name, s in samples.items()}
+
+
+def sgemm_gflops(m=256, k=2304, n=3136, rounds=7) -> float:
+    """numpy float32 matmul GFLOP/s at a VGG-like GEMM shape, measured now."""
+    rng = np.random.default_rng(0)
+    a = rng.standard_normal((m, k)).astype(np.float32)
+    b = rng.standard_normal((k, n)).astype(np.float32)
+    c = np.empty((m, n), np.float32)
+    t = interleaved_medians({"sgemm": lambda: np.matmul(a, b, out=c)}, rounds=rounds)["sgemm"]
+    return 2 * m * k * n / t / 1e9
+
+
+def torch_conv(p, x, w):
+    """A callable running torch's conv2d on the layer, or None without torch."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    import numba
+    torch.set_num_threads(numba.get_num_threads())
+    tx, tw = torch.from_numpy(x), torch.from_numpy(w)
+    (t, b), (l, r) = p.padding
+    if t == b and l == r:
+        kw = dict(stride=p.stride, padding=(t, l), dilation=p.dilation, groups=p.groups)
+        return lambda: torch.nn.functional.conv2d(tx, tw, **kw)
+    pad = (l, r, t, b)
+    kw = dict(stride=p.stride, dilation=p.dilation, groups=p.groups)
+    return lambda: torch.nn.functional.conv2d(torch.nn.functional.pad(tx, pad), tw, **kw)
