@@ -49,27 +49,36 @@ from .registry import SUPPORTED, Algorithm, register, unsupported
 def _sandwich(X, D, T, out):
     """out[i, j, :] = sum_{k, l} X[i, k] D[k, l, :] X[j, l]: X D X^T for a batch of tiles on the last axis.
 
-    X: (b, a); D: (a, a, P) tiles; T: (b, a, P) scratch; out: (b, b, P). Zeros of X are skipped."""
+    X: (b, a); D: (a, a, P) tiles; T: (b, a, P) scratch; out: (b, b, P). Zeros of X are skipped; every loop
+    over the P tiles is a contiguous pass the compiler vectorises."""
     b, a = X.shape
     P = D.shape[2]
     for i in range(b):                                   # T = X D
         for l in range(a):
-            for p in range(P):
-                T[i, l, p] = 0.0
+            first = True
             for k in range(a):
                 v = X[i, k]
                 if v != 0.0:
-                    for p in range(P):
-                        T[i, l, p] += v * D[k, l, p]
+                    if first:
+                        for p in range(P):
+                            T[i, l, p] = v * D[k, l, p]
+                        first = False
+                    else:
+                        for p in range(P):
+                            T[i, l, p] += v * D[k, l, p]
     for i in range(b):                                   # out = T X^T
         for j in range(b):
-            for p in range(P):
-                out[i, j, p] = 0.0
+            first = True
             for l in range(a):
                 v = X[j, l]
                 if v != 0.0:
-                    for p in range(P):
-                        out[i, j, p] += v * T[i, l, p]
+                    if first:
+                        for p in range(P):
+                            out[i, j, p] = v * T[i, l, p]
+                        first = False
+                    else:
+                        for p in range(P):
+                            out[i, j, p] += v * T[i, l, p]
 
 
 @njit(parallel=True, cache=True)
@@ -81,15 +90,14 @@ def _filter_transform(w, G, U):
         D = np.empty((r, r, Cg), G.dtype)
         T = np.empty((alpha, r, Cg), G.dtype)
         Y = np.empty((alpha, alpha, Cg), G.dtype)
-        for i in range(r):
-            for j in range(r):
-                for c in range(Cg):
+        for c in range(Cg):
+            for i in range(r):
+                for j in range(r):
                     D[i, j, c] = w[k, c, i, j]
         _sandwich(G, D, T, Y)
         for i in range(alpha):
             for j in range(alpha):
-                for c in range(Cg):
-                    U[i, j, k, c] = Y[i, j, c]
+                U[i, j, k, :] = Y[i, j]
 
 
 @njit(parallel=True, cache=True)
@@ -109,47 +117,65 @@ def _pad_input(x, top, left, xpad):
 
 
 @njit(parallel=True, cache=True)
-def _input_transform(xpad, BT, m, q0, tiles_w, V):
+def _input_transform(xpad, BT, m, q0, tiles_w, rows_per_block, V):
     """V[:, :, c, q*tiles_w + tx] = B^T d B for the tile (ty, tx) of tile row q0 + q (flattened over the batch).
 
-    xpad: (N, C, Hpad, Wpad); V: (alpha, alpha, C, P) with P = (rows in this chunk) * tiles_w."""
+    xpad: (N, C, Hpad, Wpad); V: (alpha, alpha, C, P) with P = (tile rows in this chunk) * tiles_w. Each loop
+    iteration takes one channel and a block of rows_per_block tile rows."""
     C, Hpad = xpad.shape[1], xpad.shape[2]
     alpha = BT.shape[0]
     tiles_h = (Hpad - alpha) // m + 1
     n_rows = V.shape[3] // tiles_w
-    for cq in prange(C * n_rows):
-        c, q = cq // n_rows, cq % n_rows
-        n, ty = (q0 + q) // tiles_h, (q0 + q) % tiles_h
-        D = np.empty((alpha, alpha, tiles_w), xpad.dtype)
-        T = np.empty((alpha, alpha, tiles_w), xpad.dtype)
-        for k in range(alpha):
-            src = xpad[n, c, ty * m + k]
-            for l in range(alpha):
-                for tx in range(tiles_w):
-                    D[k, l, tx] = src[tx * m + l]
-        _sandwich(BT, D, T, V[:, :, c, q * tiles_w:(q + 1) * tiles_w])
+    n_blocks = (n_rows + rows_per_block - 1) // rows_per_block
+    for cb in prange(C * n_blocks):
+        c, first_row = cb // n_blocks, (cb % n_blocks) * rows_per_block
+        rows = min(rows_per_block, n_rows - first_row)
+        D = np.empty((alpha, alpha, rows * tiles_w), xpad.dtype)
+        T = np.empty_like(D)
+        Y = np.empty_like(D)
+        for q in range(rows):
+            n, ty = (q0 + first_row + q) // tiles_h, (q0 + first_row + q) % tiles_h
+            for k in range(alpha):
+                src = xpad[n, c, ty * m + k]
+                for l in range(alpha):
+                    for tx in range(tiles_w):
+                        D[k, l, q * tiles_w + tx] = src[tx * m + l]
+        _sandwich(BT, D, T, Y)
+        p0 = first_row * tiles_w
+        for i in range(alpha):
+            for j in range(alpha):
+                V[i, j, c, p0:p0 + rows * tiles_w] = Y[i, j]
 
 
 @njit(parallel=True, cache=True)
-def _output_transform(M, AT, q0, tiles_w, out):
+def _output_transform(M, AT, q0, tiles_w, rows_per_block, out):
     """out[n, k, ty*m + i, tx*m + j] = (A^T M[:, :, k, p] A)[i, j], cropped to out's Ho x Wo.
 
-    M: (alpha, alpha, K, P) for the tile rows q0 .. q0 + P / tiles_w - 1; out: (N, K, Ho, Wo)."""
+    M: (alpha, alpha, K, P) for the tile rows q0 .. q0 + P / tiles_w - 1; out: (N, K, Ho, Wo). Each loop
+    iteration takes one output channel and a block of rows_per_block tile rows."""
     K, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
     m, alpha = AT.shape
     tiles_h = (Ho + m - 1) // m
     n_rows = M.shape[3] // tiles_w
-    for kq in prange(K * n_rows):
-        k, q = kq // n_rows, kq % n_rows
-        n, ty = (q0 + q) // tiles_h, (q0 + q) % tiles_h
-        T = np.empty((m, alpha, tiles_w), M.dtype)
-        Y = np.empty((m, m, tiles_w), M.dtype)
-        _sandwich(AT, M[:, :, k, q * tiles_w:(q + 1) * tiles_w], T, Y)
-        for i in range(min(m, Ho - ty * m)):
-            dst = out[n, k, ty * m + i]
-            for tx in range(tiles_w):
-                for j in range(min(m, Wo - tx * m)):
-                    dst[tx * m + j] = Y[i, j, tx]
+    n_blocks = (n_rows + rows_per_block - 1) // rows_per_block
+    for kb in prange(K * n_blocks):
+        k, first_row = kb // n_blocks, (kb % n_blocks) * rows_per_block
+        rows = min(rows_per_block, n_rows - first_row)
+        p0 = first_row * tiles_w
+        D = np.empty((alpha, alpha, rows * tiles_w), M.dtype)
+        for i in range(alpha):
+            for j in range(alpha):
+                D[i, j] = M[i, j, k, p0:p0 + rows * tiles_w]
+        T = np.empty((m, alpha, rows * tiles_w), M.dtype)
+        Y = np.empty((m, m, rows * tiles_w), M.dtype)
+        _sandwich(AT, D, T, Y)
+        for q in range(rows):
+            n, ty = (q0 + first_row + q) // tiles_h, (q0 + first_row + q) % tiles_h
+            for i in range(min(m, Ho - ty * m)):
+                dst = out[n, k, ty * m + i]
+                for tx in range(tiles_w):
+                    for j in range(min(m, Wo - tx * m)):
+                        dst[tx * m + j] = Y[i, j, q * tiles_w + tx]
 
 
 def _nnz(matrix) -> int:
@@ -162,6 +188,8 @@ class Winograd(Algorithm):
     deterministic = True
     #: V and M of one chunk of tiles stay within this many bytes (whole tile rows; at least one row).
     chunk_bytes = 32 << 20
+    #: tiles a transform kernel takes per loop iteration (whole tile rows; at least one row).
+    tiles_per_block = 256
 
     def __init__(self, m: int, tolerance: dict[str, float]):
         super().__init__()
@@ -236,6 +264,7 @@ class Winograd(Algorithm):
         _pad_input(x, top, left, xpad)
 
         rows = self._rows_per_chunk(p)
+        block_rows = max(1, self.tiles_per_block // tiles_w)
         V_all = self.workspace.get("V", (a2 * p.C * rows * tiles_w,), cdt)
         M_all = self.workspace.get("M", (a2 * p.K * rows * tiles_w,), cdt)
         U_gemm = U.reshape(a2, p.groups, p.Kg, p.Cg)
@@ -244,9 +273,9 @@ class Winograd(Algorithm):
             P = min(rows, n_rows - q0) * tiles_w
             V = V_all[:a2 * p.C * P].reshape(self.alpha, self.alpha, p.C, P)
             M = M_all[:a2 * p.K * P].reshape(self.alpha, self.alpha, p.K, P)
-            _input_transform(xpad, BT, self.m, q0, tiles_w, V)
+            _input_transform(xpad, BT, self.m, q0, tiles_w, block_rows, V)
             np.matmul(U_gemm, V.reshape(a2, p.groups, p.Cg, P), out=M.reshape(a2, p.groups, p.Kg, P))
-            _output_transform(M, AT, q0, tiles_w, out)
+            _output_transform(M, AT, q0, tiles_w, block_rows, out)
 
 
 # float32 errors measured on C = K = 512 layers (see tests/test_winograd.py); float16 is computed in float32
