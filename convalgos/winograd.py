@@ -38,7 +38,7 @@ float32 errors on C = K = 512, 14x14 layers are in ``tolerance``'s comments.
 from __future__ import annotations
 
 import numpy as np
-from numba import njit, prange
+from numba import get_num_threads, njit, prange
 
 from .cooktoom import cook_toom
 from .params import ConvParams
@@ -46,13 +46,12 @@ from .registry import SUPPORTED, Algorithm, register, unsupported
 
 
 @njit(cache=True)
-def _sandwich(X, D, T, out):
-    """out[i, j, :] = sum_{k, l} X[i, k] D[k, l, :] X[j, l]: X D X^T for a batch of tiles on the last axis.
+def _sandwich(X, D, T, out, P):
+    """out[i, j, :P] = sum_{k, l} X[i, k] D[k, l, :P] X[j, l]: X D X^T for P tiles on the last axis.
 
-    X: (b, a); D: (a, a, P) tiles; T: (b, a, P) scratch; out: (b, b, P). Zeros of X are skipped; every loop
-    over the P tiles is a contiguous pass the compiler vectorises."""
+    X: (b, a); D: (a, a, >= P) tiles; T: (b, a, >= P) scratch; out: (b, b, >= P), all C-contiguous. Zeros
+    of X are skipped; every loop over the tiles is a contiguous pass the compiler vectorises."""
     b, a = X.shape
-    P = D.shape[2]
     for i in range(b):                                   # T = X D
         for l in range(a):
             first = True
@@ -81,23 +80,38 @@ def _sandwich(X, D, T, out):
                             out[i, j, p] += v * T[i, l, p]
 
 
+@njit(cache=True)
+def _share(n_items, thread, n_threads):
+    """The range of items thread ``thread`` of ``n_threads`` takes (equal contiguous shares)."""
+    return thread * n_items // n_threads, (thread + 1) * n_items // n_threads
+
+
+# The transform kernels split their items statically over the threads and allocate their scratch once per
+# thread (a fresh allocation per item would pay the page faults of fresh memory again and again).
 @njit(parallel=True, cache=True)
-def _filter_transform(w, G, U):
-    """U[:, :, k, c] = G w[k, c] G^T, computed in G's dtype (float64). U: (alpha, alpha, K, Cg)."""
+def _filter_transform(w, G, c_block, n_threads, U):
+    """U[:, :, k, c] = G w[k, c] G^T, computed in G's dtype (float64). U: (alpha, alpha, K, Cg).
+
+    One item is one output channel k and a block of c_block input channels."""
     K, Cg, r, _ = w.shape
     alpha = G.shape[0]
-    for k in prange(K):
-        D = np.empty((r, r, Cg), G.dtype)
-        T = np.empty((alpha, r, Cg), G.dtype)
-        Y = np.empty((alpha, alpha, Cg), G.dtype)
-        for c in range(Cg):
-            for i in range(r):
-                for j in range(r):
-                    D[i, j, c] = w[k, c, i, j]
-        _sandwich(G, D, T, Y)
-        for i in range(alpha):
-            for j in range(alpha):
-                U[i, j, k, :] = Y[i, j]
+    n_cblocks = (Cg + c_block - 1) // c_block
+    for thread in prange(n_threads):
+        D = np.empty((r, r, c_block), G.dtype)
+        T = np.empty((alpha, r, c_block), G.dtype)
+        Y = np.empty((alpha, alpha, c_block), G.dtype)
+        start, stop = _share(K * n_cblocks, thread, n_threads)
+        for item in range(start, stop):
+            k, c0 = item // n_cblocks, (item % n_cblocks) * c_block
+            nc = min(c_block, Cg - c0)
+            for c in range(nc):
+                for i in range(r):
+                    for j in range(r):
+                        D[i, j, c] = w[k, c0 + c, i, j]
+            _sandwich(G, D, T, Y, nc)
+            for i in range(alpha):
+                for j in range(alpha):
+                    U[i, j, k, c0:c0 + nc] = Y[i, j, :nc]
 
 
 @njit(parallel=True, cache=True)
@@ -117,65 +131,70 @@ def _pad_input(x, top, left, xpad):
 
 
 @njit(parallel=True, cache=True)
-def _input_transform(xpad, BT, m, q0, tiles_w, rows_per_block, V):
+def _input_transform(xpad, BT, m, q0, tiles_w, rows_per_block, n_threads, V):
     """V[:, :, c, q*tiles_w + tx] = B^T d B for the tile (ty, tx) of tile row q0 + q (flattened over the batch).
 
-    xpad: (N, C, Hpad, Wpad); V: (alpha, alpha, C, P) with P = (tile rows in this chunk) * tiles_w. Each loop
-    iteration takes one channel and a block of rows_per_block tile rows."""
+    xpad: (N, C, Hpad, Wpad); V: (alpha, alpha, C, P) with P = (tile rows in this chunk) * tiles_w. One item
+    is one channel and a block of rows_per_block tile rows."""
     C, Hpad = xpad.shape[1], xpad.shape[2]
     alpha = BT.shape[0]
     tiles_h = (Hpad - alpha) // m + 1
     n_rows = V.shape[3] // tiles_w
     n_blocks = (n_rows + rows_per_block - 1) // rows_per_block
-    for cb in prange(C * n_blocks):
-        c, first_row = cb // n_blocks, (cb % n_blocks) * rows_per_block
-        rows = min(rows_per_block, n_rows - first_row)
-        D = np.empty((alpha, alpha, rows * tiles_w), xpad.dtype)
+    for thread in prange(n_threads):
+        D = np.empty((alpha, alpha, rows_per_block * tiles_w), xpad.dtype)
         T = np.empty_like(D)
         Y = np.empty_like(D)
-        for q in range(rows):
-            n, ty = (q0 + first_row + q) // tiles_h, (q0 + first_row + q) % tiles_h
-            for k in range(alpha):
-                src = xpad[n, c, ty * m + k]
-                for l in range(alpha):
-                    for tx in range(tiles_w):
-                        D[k, l, q * tiles_w + tx] = src[tx * m + l]
-        _sandwich(BT, D, T, Y)
-        p0 = first_row * tiles_w
-        for i in range(alpha):
-            for j in range(alpha):
-                V[i, j, c, p0:p0 + rows * tiles_w] = Y[i, j]
+        start, stop = _share(C * n_blocks, thread, n_threads)
+        for item in range(start, stop):
+            c, first_row = item // n_blocks, (item % n_blocks) * rows_per_block
+            rows = min(rows_per_block, n_rows - first_row)
+            P = rows * tiles_w
+            for q in range(rows):
+                n, ty = (q0 + first_row + q) // tiles_h, (q0 + first_row + q) % tiles_h
+                for k in range(alpha):
+                    src = xpad[n, c, ty * m + k]
+                    for l in range(alpha):
+                        for tx in range(tiles_w):
+                            D[k, l, q * tiles_w + tx] = src[tx * m + l]
+            _sandwich(BT, D, T, Y, P)
+            p0 = first_row * tiles_w
+            for i in range(alpha):
+                for j in range(alpha):
+                    V[i, j, c, p0:p0 + P] = Y[i, j, :P]
 
 
 @njit(parallel=True, cache=True)
-def _output_transform(M, AT, q0, tiles_w, rows_per_block, out):
+def _output_transform(M, AT, q0, tiles_w, rows_per_block, n_threads, out):
     """out[n, k, ty*m + i, tx*m + j] = (A^T M[:, :, k, p] A)[i, j], cropped to out's Ho x Wo.
 
-    M: (alpha, alpha, K, P) for the tile rows q0 .. q0 + P / tiles_w - 1; out: (N, K, Ho, Wo). Each loop
-    iteration takes one output channel and a block of rows_per_block tile rows."""
+    M: (alpha, alpha, K, P) for the tile rows q0 .. q0 + P / tiles_w - 1; out: (N, K, Ho, Wo). One item is
+    one output channel and a block of rows_per_block tile rows."""
     K, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
     m, alpha = AT.shape
     tiles_h = (Ho + m - 1) // m
     n_rows = M.shape[3] // tiles_w
     n_blocks = (n_rows + rows_per_block - 1) // rows_per_block
-    for kb in prange(K * n_blocks):
-        k, first_row = kb // n_blocks, (kb % n_blocks) * rows_per_block
-        rows = min(rows_per_block, n_rows - first_row)
-        p0 = first_row * tiles_w
-        D = np.empty((alpha, alpha, rows * tiles_w), M.dtype)
-        for i in range(alpha):
-            for j in range(alpha):
-                D[i, j] = M[i, j, k, p0:p0 + rows * tiles_w]
-        T = np.empty((m, alpha, rows * tiles_w), M.dtype)
-        Y = np.empty((m, m, rows * tiles_w), M.dtype)
-        _sandwich(AT, D, T, Y)
-        for q in range(rows):
-            n, ty = (q0 + first_row + q) // tiles_h, (q0 + first_row + q) % tiles_h
-            for i in range(min(m, Ho - ty * m)):
-                dst = out[n, k, ty * m + i]
-                for tx in range(tiles_w):
-                    for j in range(min(m, Wo - tx * m)):
-                        dst[tx * m + j] = Y[i, j, q * tiles_w + tx]
+    for thread in prange(n_threads):
+        D = np.empty((alpha, alpha, rows_per_block * tiles_w), M.dtype)
+        T = np.empty((m, alpha, rows_per_block * tiles_w), M.dtype)
+        Y = np.empty((m, m, rows_per_block * tiles_w), M.dtype)
+        start, stop = _share(K * n_blocks, thread, n_threads)
+        for item in range(start, stop):
+            k, first_row = item // n_blocks, (item % n_blocks) * rows_per_block
+            rows = min(rows_per_block, n_rows - first_row)
+            P, p0 = rows * tiles_w, first_row * tiles_w
+            for i in range(alpha):
+                for j in range(alpha):
+                    D[i, j, :P] = M[i, j, k, p0:p0 + P]
+            _sandwich(AT, D, T, Y, P)
+            for q in range(rows):
+                n, ty = (q0 + first_row + q) // tiles_h, (q0 + first_row + q) % tiles_h
+                for i in range(min(m, Ho - ty * m)):
+                    dst = out[n, k, ty * m + i]
+                    for tx in range(tiles_w):
+                        for j in range(min(m, Wo - tx * m)):
+                            dst[tx * m + j] = Y[i, j, q * tiles_w + tx]
 
 
 def _nnz(matrix) -> int:
@@ -190,6 +209,8 @@ class Winograd(Algorithm):
     chunk_bytes = 32 << 20
     #: tiles a transform kernel takes per loop iteration (whole tile rows; at least one row).
     tiles_per_block = 256
+    #: input channels per item of the filter transform.
+    filter_c_block = 64
 
     def __init__(self, m: int, tolerance: dict[str, float]):
         super().__init__()
@@ -257,8 +278,9 @@ class Winograd(Algorithm):
         AT, _, BT = self._float_matrices[cdt]
         G = self._float_matrices[np.dtype(np.float64)][1]
         tiles_h, tiles_w = self._tiles(p)
+        n_threads = get_num_threads()
         U = self.workspace.get("U", (self.alpha, self.alpha, p.K, p.Cg), cdt)
-        _filter_transform(w, G, U)
+        _filter_transform(w, G, self.filter_c_block, n_threads, U)
         xpad = self.workspace.get("xpad", (p.N, p.C) + self._padded_hw(p), cdt)
         (top, _), (left, _) = p.padding
         _pad_input(x, top, left, xpad)
@@ -273,9 +295,9 @@ class Winograd(Algorithm):
             P = min(rows, n_rows - q0) * tiles_w
             V = V_all[:a2 * p.C * P].reshape(self.alpha, self.alpha, p.C, P)
             M = M_all[:a2 * p.K * P].reshape(self.alpha, self.alpha, p.K, P)
-            _input_transform(xpad, BT, self.m, q0, tiles_w, block_rows, V)
+            _input_transform(xpad, BT, self.m, q0, tiles_w, block_rows, n_threads, V)
             np.matmul(U_gemm, V.reshape(a2, p.groups, p.Cg, P), out=M.reshape(a2, p.groups, p.Kg, P))
-            _output_transform(M, AT, q0, tiles_w, block_rows, out)
+            _output_transform(M, AT, q0, tiles_w, block_rows, n_threads, out)
 
 
 # float32 errors measured on C = K = 512 layers (see tests/test_winograd.py); float16 is computed in float32
