@@ -1,0 +1,194 @@
+"""autotune.nn: each layer against its torch.nn namesake, the conv dispatch, and state dicts."""
+from collections import OrderedDict
+
+import numpy as np
+import pytest
+
+import autotune
+from autotune import nn
+from convalgos.reference import normwise_error
+
+
+def rand(*shape, seed=0, dtype=np.float32):
+    return np.random.default_rng(seed).standard_normal(shape).astype(dtype)
+
+
+# ---- layers against torch ----------------------------------------------------------------------------------
+
+
+def torch_apply(layer, x):
+    t = pytest.importorskip("torch")
+    with t.no_grad():
+        return layer(t.from_numpy(x)).numpy()
+
+
+POOLS = [  # kernel, stride, padding, ceil_mode, input H x W
+    (2, None, 0, False, (8, 8)), (3, 2, 1, False, (9, 7)), (3, 2, 1, True, (10, 11)), (3, 3, 0, True, (8, 10)),
+    ((2, 3), (1, 2), (1, 1), False, (6, 7)), (5, 2, 2, True, (5, 6)), (3, 1, 1, False, (1, 1)),
+]
+
+
+@pytest.mark.parametrize("k, s, p, ceil, hw", POOLS)
+def test_max_pool_matches_torch(k, s, p, ceil, hw):
+    t = pytest.importorskip("torch")
+    x = rand(2, 3, *hw)
+    ours = nn.MaxPool2d(k, s, p, ceil_mode=ceil)(x)
+    theirs = torch_apply(t.nn.MaxPool2d(k, s, p, ceil_mode=ceil), x)
+    assert ours.shape == theirs.shape and ours.dtype == np.float32
+    np.testing.assert_array_equal(ours, theirs)
+
+
+@pytest.mark.parametrize("include_pad", [True, False])
+@pytest.mark.parametrize("k, s, p, ceil, hw", POOLS)
+def test_avg_pool_matches_torch(k, s, p, ceil, hw, include_pad):
+    t = pytest.importorskip("torch")
+    x = rand(2, 3, *hw)
+    ours = nn.AvgPool2d(k, s, p, ceil_mode=ceil, count_include_pad=include_pad)(x)
+    theirs = torch_apply(t.nn.AvgPool2d(k, s, p, ceil_mode=ceil, count_include_pad=include_pad), x)
+    assert ours.shape == theirs.shape and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_avg_pool_default_counts_padding():
+    y = nn.AvgPool2d(3, 1, 1)(np.ones((1, 1, 3, 3), np.float32))
+    assert y[0, 0, 0, 0] == pytest.approx(4 / 9) and y[0, 0, 1, 1] == 1
+
+
+@pytest.mark.parametrize("hw, out", [((7, 7), 1), ((10, 7), (3, 4)), ((5, 13), (5, 3)), ((2, 3), 7), ((9, 9), 3)])
+def test_adaptive_avg_pool_matches_torch(hw, out):
+    t = pytest.importorskip("torch")
+    x = rand(2, 4, *hw)
+    ours = nn.AdaptiveAvgPool2d(out)(x)
+    theirs = torch_apply(t.nn.AdaptiveAvgPool2d(out), x)
+    assert ours.shape == theirs.shape and ours.dtype == np.float32
+    np.testing.assert_allclose(ours, theirs, rtol=1e-5, atol=1e-6)
+
+
+def test_adaptive_avg_pool_bins_by_hand():
+    x = np.arange(5, dtype=np.float64).reshape(1, 1, 1, 5)
+    # out 3 of 5: bins [0, 2), [1, 4), [3, 5)
+    np.testing.assert_allclose(nn.AdaptiveAvgPool2d((1, 3))(x)[0, 0, 0], [0.5, 2.0, 3.5])
+
+
+def test_batchnorm_linear_flatten_relu_match_torch():
+    t = pytest.importorskip("torch")
+    rng = np.random.default_rng(1)
+    bn, tbn = nn.BatchNorm2d(5, eps=1e-3), t.nn.BatchNorm2d(5, eps=1e-3).eval()
+    state = {"weight": rng.standard_normal(5), "bias": rng.standard_normal(5),
+             "running_mean": rng.standard_normal(5), "running_var": rng.uniform(0.1, 2, 5)}
+    tbn.load_state_dict({k: t.tensor(v, dtype=t.float32) for k, v in state.items()}, strict=False)
+    bn.load_state_dict(tbn.state_dict())             # torch tensors, num_batches_tracked included
+    x = rand(2, 5, 4, 3)
+    np.testing.assert_allclose(bn(x), torch_apply(tbn, x), rtol=1e-5, atol=1e-6)
+    assert bn(x).dtype == np.float32
+
+    lin, tlin = nn.Linear(12, 7), t.nn.Linear(12, 7)
+    lin.load_state_dict(tlin.state_dict())
+    x2 = rand(3, 12)
+    np.testing.assert_allclose(lin(x2), torch_apply(tlin, x2), rtol=1e-5, atol=1e-6)
+
+    assert nn.Flatten()(x).shape == (2, 60)
+    np.testing.assert_array_equal(nn.ReLU()(x), torch_apply(t.nn.ReLU(), x))
+
+
+def test_basic_block_matches_torch_definition():
+    block = nn.BasicBlock(4, 8, stride=2)
+    assert list(block.state_dict()) == [
+        "conv1.weight", "bn1.weight", "bn1.bias", "bn1.running_mean", "bn1.running_var",
+        "conv2.weight", "bn2.weight", "bn2.bias", "bn2.running_mean", "bn2.running_var",
+        "downsample.0.weight", "downsample.1.weight", "downsample.1.bias", "downsample.1.running_mean",
+        "downsample.1.running_var"]
+    assert nn.BasicBlock(8, 8).downsample is None
+
+
+# ---- the conv goes through autotune -------------------------------------------------------------------------
+class RecordingTuner:
+    def __init__(self):
+        self.calls = []
+
+    def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
+        self.calls.append((x.shape, weight.shape, stride, padding, dilation, groups))
+        from convalgos import reference
+        return reference.conv2d(x, weight, bias, stride, padding, dilation, groups).astype(x.dtype)
+
+
+def test_conv_dispatches_through_autotune_or_its_tuner(monkeypatch):
+    module_level = RecordingTuner()
+    monkeypatch.setattr(autotune, "conv2d", module_level.conv2d, raising=False)
+    x = rand(1, 4, 9, 9)
+    conv = nn.Conv2d(4, 6, 3, stride=2, padding=1, dilation=1, groups=2)
+    conv(x)
+    assert module_level.calls == [((1, 4, 9, 9), (6, 2, 3, 3), 2, 1, 1, 2)]
+    own = RecordingTuner()
+    nn.Conv2d(4, 6, 3, tuner=own)(x)
+    assert len(own.calls) == 1 and len(module_level.calls) == 1
+
+
+def test_conv_forced_to_reference_is_float64_and_restored():
+    conv = nn.Conv2d(3, 5, 3, padding=1)
+    conv.bias[:] = np.arange(5)
+    net = nn.Sequential(conv, nn.ReLU())
+    x = rand(2, 3, 6, 6)
+    with nn.use_algorithm(net, "reference"):
+        y = net(x)
+    assert conv.algo is None and y.dtype == np.float64
+    t = pytest.importorskip("torch")
+    ref = t.nn.functional.conv2d(t.from_numpy(x).double(), t.from_numpy(conv.weight).double(),
+                                 t.from_numpy(conv.bias).double(), padding=1).relu().numpy()
+    assert normwise_error(y, ref) < 1e-12
+
+
+def test_use_algorithm_restores_on_exception():
+    net = nn.Sequential(nn.Conv2d(1, 1, 1))
+    with pytest.raises(RuntimeError):
+        with nn.use_algorithm(net, "reference"):
+            raise RuntimeError
+    assert net[0].algo is None
+
+
+# ---- state dicts --------------------------------------------------------------------------------------------
+def small_net():
+    return nn.Sequential(OrderedDict(conv=nn.Conv2d(2, 3, 3), bn=nn.BatchNorm2d(3), relu=nn.ReLU(),
+                                     pool=nn.AdaptiveAvgPool2d(1), flat=nn.Flatten(), fc=nn.Linear(3, 4)))
+
+
+def test_state_dict_round_trip_and_dtype_kept():
+    a, b = small_net(), small_net()
+    state = {k: np.full(v.shape, 0.5, np.float64) for k, v in a.state_dict().items()}
+    b.load_state_dict(state)
+    for k, v in b.state_dict().items():
+        assert v.dtype == np.float32 and np.all(v == 0.5), k
+    assert list(a.state_dict()) == ["conv.weight", "conv.bias", "bn.weight", "bn.bias", "bn.running_mean",
+                                    "bn.running_var", "fc.weight", "fc.bias"]
+    state["bn.num_batches_tracked"] = np.array(7)
+    b.load_state_dict(state)                        # accepted and ignored
+
+
+def test_load_state_dict_names_every_problem_and_copies_nothing():
+    net = small_net()
+    before = {k: v.copy() for k, v in net.state_dict().items()}
+    state = {k: np.zeros_like(v) for k, v in net.state_dict().items()}
+    del state["fc.bias"]
+    state["fc.weight"] = np.zeros((4, 5), np.float32)
+    state["head.weight"] = np.zeros(2)
+    with pytest.raises(nn.StateDictError) as err:
+        net.load_state_dict(state)
+    message = str(err.value)
+    assert "missing key 'fc.bias' (expected shape (4,))" in message
+    assert "unexpected key 'head.weight'" in message
+    assert "size mismatch for 'fc.weight': expected shape (4, 3), got (4, 5)" in message
+    for k, v in net.state_dict().items():
+        np.testing.assert_array_equal(v, before[k])
+
+
+def test_load_state_dict_rejects_num_batches_tracked_where_no_batchnorm():
+    with pytest.raises(nn.StateDictError, match="unexpected key 'num_batches_tracked'"):
+        nn.Linear(2, 2).load_state_dict({"weight": np.zeros((2, 2)), "bias": np.zeros(2),
+                                         "num_batches_tracked": np.array(0)})
+
+
+def test_astype_and_named_modules():
+    net = small_net().astype(np.float64)
+    assert all(v.dtype == np.float64 for v in net.state_dict().values())
+    assert [name for name, _ in net.named_modules()] == ["", "conv", "bn", "relu", "pool", "flat", "fc"]
+    assert [name for name, _ in nn.conv_layers(net)] == ["conv"]
