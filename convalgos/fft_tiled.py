@@ -1,1 +1,73 @@
-"""(being written)"""
+"""Tiled FFT convolution by overlap-save: many small FFTs instead of one per image.
+
+Maths. The whole-image FFT (``fft``) computes a circular convolution of length L >= the input extent. Overlap-save
+cuts the (padded, polyphase) input into tiles of T x T pixels that overlap by Rq - 1 rows and Sq - 1 columns:
+tile (i, j) starts at input pixel (i*mh, j*mw) and, by the same argument as the whole-image case, its circular
+convolution with the flipped kernel is exact at outputs Rq-1 .. T-1, which are the mh = T - Rq + 1 (likewise
+mw = T - Sq + 1) outputs starting at output pixel (i*mh, j*mw). The tiles together cover the output; the last row
+and column of tiles is cropped. Every tile goes through the same rfft2 of size T x T, so all tiles of all images
+and channels are one batched transform, and channel mixing is one complex GEMM per frequency bin over all tiles:
+
+    Y[f, k, tile] = sum_c Wf[f, k, c] X[f, c, tile]          (F = T*(T//2+1) bins)
+
+Why: the kernel spectrum has F*K*Cg entries, so a whole-image FFT of a 64x64 image with K = C = 64 keeps
+2112 bins x 4096 channel pairs (69 MB) for one image, and its GEMM is a matrix-vector product per bin (memory
+bound). A 16x16 tile has 144 bins (4.7 MB), and each bin's GEMM multiplies by all tiles at once. The workspace
+no longer grows with the image's FFT length but with the number of tiles, and it is far smaller on large
+images (the tests check it).
+
+Tile size: T is the one of TILE_SIZES (fast FFT lengths) that minimises the FLOP count below, among those with
+T >= the phase kernel extent (so mh, mw >= 1).
+
+FLOPs, workspace, stride (polyphase), dilation (dilated kernel), groups and the scipy.fft choice: as in ``fft``
+(the same formulas and code, with the tile plan of this module). Deterministic: the same tiles, transforms
+and GEMMs in the same order on every call.
+
+Constraints: refused when the phase kernel extent (ceil(dilation*(R-1)+1) / stride)) exceeds the largest tile,
+or when the workspace exceeds ``fft.MAX_WORKSPACE``.
+"""
+from __future__ import annotations
+
+from .fft import FFT, TilePlan, phase_extent, plan_flops
+from .params import ConvParams
+from .registry import register, unsupported
+
+#: FFT sizes a tile may have (2^a 3^b: fast in pocketfft).
+TILE_SIZES = (8, 12, 16, 24, 32, 48, 64)
+
+
+def tile_plan(p: ConvParams, T: int) -> TilePlan:
+    """The overlap-save plan with T x T tiles."""
+    (Rq, Sq), (Ho, Wo) = phase_extent(p), p.out_hw
+    mh, mw = T - Rq + 1, T - Sq + 1
+    return TilePlan(*p.stride, Rq, Sq, T, T, mh, mw, -(-Ho // mh), -(-Wo // mw))
+
+
+def cheapest_tile_plan(p: ConvParams) -> TilePlan | None:
+    """The plan of least FLOPs over TILE_SIZES, or None if the kernel is larger than every tile."""
+    plans = [tile_plan(p, T) for T in TILE_SIZES if T >= max(phase_extent(p))]
+    return min(plans, key=lambda t: plan_flops(p, t), default=None)
+
+
+class FFTTiled(FFT):
+    """Overlap-save FFT convolution over small fixed tiles (see the module docstring)."""
+
+    name = "fft_tiled"
+
+    def plan(self, p: ConvParams) -> TilePlan:
+        return cheapest_tile_plan(p)
+
+    def supports(self, p: ConvParams):
+        if self.plan(p) is None:
+            return unsupported(f"{self.name} tiles are at most {TILE_SIZES[-1]} pixels, but the kernel spans "
+                               f"{max(phase_extent(p))} pixels per stride phase")
+        return super().supports(p)
+
+    def workspace_bytes(self, p: ConvParams) -> int:
+        return super().workspace_bytes(p) if self.plan(p) else 0
+
+    def flops(self, p: ConvParams) -> int:
+        return super().flops(p) if self.plan(p) else 0
+
+
+register(FFTTiled())
