@@ -10,7 +10,8 @@ image for adaptive pooling), never Python loops over pixels.
 
 ``Conv2d.algo`` picks who computes a convolution: ``None`` (the default) asks the autotuner (the module-level
 one, or the layer's ``tuner``); an algorithm name forces ``convalgos.conv2d(..., algo=name)``; ``"reference"``
-forces the float64 reference (its output is float64, and so is everything downstream). ``use_algorithm``
+forces the float64 reference (its output is float64, and so is everything downstream); a callable with
+``conv2d``'s signature (e.g. a wrapper of torch's) is called instead. ``use_algorithm``
 sets it on every conv of a model for the length of a ``with`` block.
 """
 from __future__ import annotations
@@ -160,6 +161,8 @@ class Conv2d(Module):
         args = (self.weight, self.bias, self.stride, self.padding, self.dilation, self.groups)
         if self.algo is None:
             return (autotune if self.tuner is None else self.tuner).conv2d(x, *args)
+        if callable(self.algo):
+            return self.algo(x, *args)
         if self.algo == REFERENCE:
             return reference.conv2d(x.astype(np.float64), *(_float64(a) for a in args[:2]), *args[2:])
         return convalgos.conv2d(x, *args, algo=self.algo)
@@ -183,7 +186,7 @@ def conv_layers(model: Module):
 
 @contextlib.contextmanager
 def use_algorithm(model: Module, algo):
-    """Within the block, every conv of ``model`` runs ``algo`` (a name, "reference", or None: autotuned)."""
+    """Within the block, every conv of ``model`` runs ``algo`` (a name, "reference", a callable, or None)."""
     convs = [m for _, m in conv_layers(model)]
     saved = [m.algo for m in convs]
     for m in convs:
