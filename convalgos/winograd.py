@@ -89,45 +89,54 @@ def _share(n_items, thread, n_threads):
 # The transform kernels split their items statically over the threads and allocate their scratch once per
 # thread (a fresh allocation per item would pay the page faults of fresh memory again and again).
 @njit(parallel=True, cache=True)
-def _filter_transform(w, G, c_block, n_threads, U):
-    """U[:, :, k, c] = G w[k, c] G^T, computed in G's dtype (float64). U: (alpha, alpha, K, Cg).
+def _filter_transform(w, G, block, n_threads, U):
+    """U[:, :, k, c] = G w[k, c] G^T. w: (K*Cg, r, r) filters; U: (alpha, alpha, K*Cg).
 
-    One item is one output channel k and a block of c_block input channels."""
-    K, Cg, r, _ = w.shape
+    One item is a block of ``block`` consecutive (k, c) filters, so each store is a contiguous run."""
+    n_filters, r = w.shape[0], w.shape[1]
     alpha = G.shape[0]
-    n_cblocks = (Cg + c_block - 1) // c_block
+    n_blocks = (n_filters + block - 1) // block
     for thread in prange(n_threads):
-        D = np.empty((r, r, c_block), G.dtype)
-        T = np.empty((alpha, r, c_block), G.dtype)
-        Y = np.empty((alpha, alpha, c_block), G.dtype)
-        start, stop = _share(K * n_cblocks, thread, n_threads)
+        D = np.empty((r, r, block), G.dtype)
+        T = np.empty((alpha, r, block), G.dtype)
+        Y = np.empty((alpha, alpha, block), G.dtype)
+        start, stop = _share(n_blocks, thread, n_threads)
         for item in range(start, stop):
-            k, c0 = item // n_cblocks, (item % n_cblocks) * c_block
-            nc = min(c_block, Cg - c0)
-            for c in range(nc):
-                for i in range(r):
-                    for j in range(r):
-                        D[i, j, c] = w[k, c0 + c, i, j]
-            _sandwich(G, D, T, Y, nc)
+            f0 = item * block
+            nf = min(block, n_filters - f0)
+            src = w[f0:f0 + nf]
+            for i in range(r):
+                for j in range(r):
+                    for f in range(nf):
+                        D[i, j, f] = src[f, i, j]
+            _sandwich(G, D, T, Y, nf)
             for i in range(alpha):
                 for j in range(alpha):
-                    U[i, j, k, c0:c0 + nc] = Y[i, j, :nc]
+                    dst = U[i, j, f0:f0 + nf]
+                    for f in range(nf):
+                        dst[f] = Y[i, j, f]
 
 
 @njit(parallel=True, cache=True)
 def _pad_input(x, top, left, xpad):
     """xpad = x shifted by (top, left) inside zeros; xpad is at least as large as the shifted x."""
     N, C, H, W = x.shape
+    Hpad, Wpad = xpad.shape[2], xpad.shape[3]
     for nc in prange(N * C):
         n, c = nc // C, nc % C
-        plane = xpad[n, c]
-        plane[:top, :] = 0.0
-        plane[top + H:, :] = 0.0
-        for i in range(H):
-            row = plane[top + i]
-            row[:left] = 0.0
-            row[left:left + W] = x[n, c, i]
-            row[left + W:] = 0.0
+        for i in range(Hpad):
+            row = xpad[n, c, i]
+            if top <= i < top + H:
+                src, dst = x[n, c, i - top], row[left:left + W]
+                for j in range(left):
+                    row[j] = 0.0
+                for j in range(W):
+                    dst[j] = src[j]
+                for j in range(left + W, Wpad):
+                    row[j] = 0.0
+            else:
+                for j in range(Wpad):
+                    row[j] = 0.0
 
 
 @njit(parallel=True, cache=True)
@@ -153,15 +162,18 @@ def _input_transform(xpad, BT, m, q0, tiles_w, rows_per_block, n_threads, V):
             for q in range(rows):
                 n, ty = (q0 + first_row + q) // tiles_h, (q0 + first_row + q) % tiles_h
                 for k in range(alpha):
-                    src = xpad[n, c, ty * m + k]
                     for l in range(alpha):
+                        src = xpad[n, c, ty * m + k, l::m]             # column l of every tile
+                        dst = D[k, l, q * tiles_w:(q + 1) * tiles_w]
                         for tx in range(tiles_w):
-                            D[k, l, q * tiles_w + tx] = src[tx * m + l]
+                            dst[tx] = src[tx]
             _sandwich(BT, D, T, Y, P)
             p0 = first_row * tiles_w
             for i in range(alpha):
                 for j in range(alpha):
-                    V[i, j, c, p0:p0 + P] = Y[i, j, :P]
+                    dst = V[i, j, c, p0:p0 + P]
+                    for p in range(P):
+                        dst[p] = Y[i, j, p]
 
 
 @njit(parallel=True, cache=True)
@@ -186,15 +198,18 @@ def _output_transform(M, AT, q0, tiles_w, rows_per_block, n_threads, out):
             P, p0 = rows * tiles_w, first_row * tiles_w
             for i in range(alpha):
                 for j in range(alpha):
-                    D[i, j, :P] = M[i, j, k, p0:p0 + P]
+                    src = M[i, j, k, p0:p0 + P]
+                    for p in range(P):
+                        D[i, j, p] = src[p]
             _sandwich(AT, D, T, Y, P)
             for q in range(rows):
                 n, ty = (q0 + first_row + q) // tiles_h, (q0 + first_row + q) % tiles_h
                 for i in range(min(m, Ho - ty * m)):
-                    dst = out[n, k, ty * m + i]
-                    for tx in range(tiles_w):
-                        for j in range(min(m, Wo - tx * m)):
-                            dst[tx * m + j] = Y[i, j, q * tiles_w + tx]
+                    for j in range(m):
+                        dst = out[n, k, ty * m + i, j::m]            # column j of every tile, cropped
+                        src = Y[i, j, q * tiles_w:(q + 1) * tiles_w]
+                        for tx in range(dst.shape[0]):
+                            dst[tx] = src[tx]
 
 
 def _nnz(matrix) -> int:
@@ -209,8 +224,8 @@ class Winograd(Algorithm):
     chunk_bytes = 32 << 20
     #: tiles a transform kernel takes per loop iteration (whole tile rows; at least one row).
     tiles_per_block = 256
-    #: input channels per item of the filter transform.
-    filter_c_block = 64
+    #: filters ((k, c) pairs) per item of the filter transform.
+    filter_block = 1024
 
     def __init__(self, m: int, tolerance: dict[str, float]):
         super().__init__()
@@ -275,12 +290,11 @@ class Winograd(Algorithm):
 
     def forward(self, x, w, p: ConvParams, out) -> None:
         a2, cdt = self.alpha ** 2, x.dtype
-        AT, _, BT = self._float_matrices[cdt]
-        G = self._float_matrices[np.dtype(np.float64)][1]
+        AT, G, BT = self._float_matrices[cdt]
         tiles_h, tiles_w = self._tiles(p)
         n_threads = get_num_threads()
-        U = self.workspace.get("U", (self.alpha, self.alpha, p.K, p.Cg), cdt)
-        _filter_transform(w, G, self.filter_c_block, n_threads, U)
+        U = self.workspace.get("U", (self.alpha, self.alpha, p.K * p.Cg), cdt)
+        _filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, self.filter_block, n_threads, U)
         xpad = self.workspace.get("xpad", (p.N, p.C) + self._padded_hw(p), cdt)
         (top, _), (left, _) = p.padding
         _pad_input(x, top, left, xpad)
