@@ -29,118 +29,117 @@ matching input row segment into it. The innermost loop runs over the output colu
 """
 from __future__ import annotations
 
-from numba import njit, prange
+import numpy as np
+from numba import get_num_threads, njit, prange
 
 from .params import ConvParams
 from .registry import Algorithm, register
 
-#: output channels accumulated together by ``_grouped`` (each input load feeds this many multiply-adds).
-K_BLOCK = 4
+#: output elements accumulated per work item (a block of whole output rows): 8 KiB of float32, in L1.
+SEGMENT = 2048
+
+
+def phase_plane(p: ConvParams) -> tuple[int, int]:
+    """(Hq, Wq): rows and columns of one phase of the padded input (and Wq is the flat output pitch)."""
+    (sh, sw), (dh, dw), (Ho, Wo) = p.stride, p.dilation, p.out_hw
+    return Ho + (p.R - 1) * dh // sh + 1, Wo + (p.S - 1) * dw // sw
+
+
+def rows_per_item(p: ConvParams) -> int:
+    return max(1, min(p.out_hw[0], SEGMENT // phase_plane(p)[1]))
 
 
 @njit(cache=True)
-def _col_range(s, dw, sw, left, W, Wo):
-    """Output columns [j0, j1) whose input column j*sw + offset (offset = s*dw - left) lies in [0, W)."""
-    offset = s * dw - left
-    j0 = max(0, -(offset // sw))                 # ceil(-offset / sw)
-    j1 = min(Wo, (W - 1 - offset) // sw + 1)
-    return j0, max(j0, j1), offset
+def _share(n_items, thread, n_threads):
+    """The range of items thread ``thread`` of ``n_threads`` takes (equal contiguous shares)."""
+    return thread * n_items // n_threads, (thread + 1) * n_items // n_threads
 
 
 @njit(parallel=True, cache=True)
-def _depthwise(x, w, sh, sw, dh, dw, top, left, out):
-    """Depthwise (Cg = 1): out[n, k] = the R x S correlation of x[n, k // multiplier] with w[k, 0]."""
+def _split_phases(x, top, left, sh, sw, Hq, Wq, xq):
+    """xq[n, c] = the phases of x[n, c] zero-padded: padded (ph, pw) goes to phase (ph % sh, pw % sw), at row
+    ph // sh and column pw // sw of that phase's Hq x Wq block; padded positions past sh*Hq or sw*Wq are dropped.
+    """
     N, C, H, W = x.shape
-    K, _, R, S = w.shape
-    Ho, Wo = out.shape[2], out.shape[3]
-    multiplier = K // C
-    for nk in prange(N * K):
-        n, k = nk // K, nk % K
-        plane, kernel = x[n, k // multiplier], w[k, 0]
-        for i in range(Ho):
-            orow = out[n, k, i]
-            orow[:] = 0.0
-            for r in range(R):
-                ih = i * sh + r * dh - top
-                if 0 <= ih < H:
-                    xrow = plane[ih]
-                    for s in range(S):
-                        j0, j1, offset = _col_range(s, dw, sw, left, W, Wo)
-                        weight = kernel[r, s]
-                        for j in range(j0, j1):
-                            orow[j] += weight * xrow[j * sw + offset]
+    for nc in prange(N * C):
+        n, c = nc // C, nc % C
+        plane = xq[n, c]
+        plane[:] = 0.0
+        for i in range(max(0, min(H, sh * Hq - top))):
+            ph = i + top
+            for pw0 in range(left, left + min(sw, W)):     # the first padded column of each column phase
+                q0, count = pw0 // sw, min(Wq - pw0 // sw, (W - 1 - (pw0 - left)) // sw + 1)
+                if count > 0:
+                    start = (((ph % sh) * sw + pw0 % sw) * Hq + ph // sh) * Wq + q0
+                    plane[start:start + count] = x[n, c, i, pw0 - left::sw][:count]
+
+
+@njit(cache=True, fastmath={"contract"})
+def _add_taps3(acc, xa, wa, xb, wb, xc, wc):
+    """acc[t] += wa*xa[t] + wb*xb[t] + wc*xc[t]: three taps for one load and store of acc."""
+    for t in range(acc.size):
+        acc[t] += wa * xa[t] + wb * xb[t] + wc * xc[t]
+
+
+@njit(cache=True, fastmath={"contract"})
+def _add_tap(acc, xa, wa):
+    """acc[t] += wa * xa[t]."""
+    for t in range(acc.size):
+        acc[t] += wa * xa[t]
 
 
 @njit(cache=True)
-def _row_block4(x, w, n, c0, k0, i, sh, sw, dh, dw, top, left, out):
-    """out[n, k0:k0+4, i, :] = output row i of four output channels that read input channels c0.. c0+Cg."""
-    H, W = x.shape[2], x.shape[3]
-    Cg, R, S = w.shape[1], w.shape[2], w.shape[3]
-    Wo = out.shape[3]
-    o0, o1, o2, o3 = out[n, k0, i], out[n, k0 + 1, i], out[n, k0 + 2, i], out[n, k0 + 3, i]
-    o0[:] = 0.0
-    o1[:] = 0.0
-    o2[:] = 0.0
-    o3[:] = 0.0
-    for c in range(Cg):
-        for r in range(R):
-            ih = i * sh + r * dh - top
-            if 0 <= ih < H:
-                xrow = x[n, c0 + c, ih]
-                for s in range(S):
-                    j0, j1, offset = _col_range(s, dw, sw, left, W, Wo)
-                    w0, w1, w2, w3 = w[k0, c, r, s], w[k0 + 1, c, r, s], w[k0 + 2, c, r, s], w[k0 + 3, c, r, s]
-                    for j in range(j0, j1):
-                        v = xrow[j * sw + offset]
-                        o0[j] += w0 * v
-                        o1[j] += w1 * v
-                        o2[j] += w2 * v
-                        o3[j] += w3 * v
+def _tap_start(q, i0, R, S, sh, sw, dh, dw, Hq, Wq):
+    """Where tap q = (c, r, s) reads output element (i0, 0) in its channel's phase planes (c is not needed)."""
+    r, s = (q // S) % R, q % S
+    phase = ((r * dh) % sh) * sw + (s * dw) % sw
+    return ((phase * Hq + i0 + (r * dh) // sh) * Wq + (s * dw) // sw)
 
 
 @njit(cache=True)
-def _row_single(x, w, n, c0, k, i, sh, sw, dh, dw, top, left, out):
-    """out[n, k, i, :] = output row i of one output channel that reads input channels c0.. c0+Cg."""
-    H, W = x.shape[2], x.shape[3]
-    Cg, R, S = w.shape[1], w.shape[2], w.shape[3]
-    Wo = out.shape[3]
-    orow = out[n, k, i]
-    orow[:] = 0.0
-    for c in range(Cg):
-        for r in range(R):
-            ih = i * sh + r * dh - top
-            if 0 <= ih < H:
-                xrow = x[n, c0 + c, ih]
-                for s in range(S):
-                    j0, j1, offset = _col_range(s, dw, sw, left, W, Wo)
-                    weight = w[k, c, r, s]
-                    for j in range(j0, j1):
-                        orow[j] += weight * xrow[j * sw + offset]
+def _accumulate(xq, w, n, k, c0, i0, R, S, sh, sw, dh, dw, Hq, acc):
+    """acc[t] = sum over taps q = (c, r, s) of w[k, q] * xq[n, c0 + c, tap_start(q) + t]: rows i0.. of plane k.
+
+    xq: (N, C, sh*sw*Hq*Wq) phase planes; w: (K, Cg*R*S). Three taps per pass over acc."""
+    n_taps, Wq = w.shape[1], xq.shape[2] // (sh * sw * Hq)
+    acc[:] = 0.0
+    q = 0
+    while q + 3 <= n_taps:
+        xa = xq[n, c0 + q // (R * S), _tap_start(q, i0, R, S, sh, sw, dh, dw, Hq, Wq):]
+        xb = xq[n, c0 + (q + 1) // (R * S), _tap_start(q + 1, i0, R, S, sh, sw, dh, dw, Hq, Wq):]
+        xc = xq[n, c0 + (q + 2) // (R * S), _tap_start(q + 2, i0, R, S, sh, sw, dh, dw, Hq, Wq):]
+        _add_taps3(acc, xa, w[k, q], xb, w[k, q + 1], xc, w[k, q + 2])
+        q += 3
+    for q in range(q, n_taps):
+        _add_tap(acc, xq[n, c0 + q // (R * S), _tap_start(q, i0, R, S, sh, sw, dh, dw, Hq, Wq):], w[k, q])
 
 
 @njit(parallel=True, cache=True)
-def _grouped(x, w, sh, sw, dh, dw, top, left, out):
-    """Any layer: items (n, g, block of K_BLOCK output channels of group g), rows accumulated K_BLOCK at once."""
-    N, C = x.shape[0], x.shape[1]
-    K, Cg = w.shape[0], w.shape[1]
-    Ho = out.shape[2]
-    groups = C // Cg
-    Kg = K // groups
-    n_blocks = (Kg + K_BLOCK - 1) // K_BLOCK
-    for item in prange(N * groups * n_blocks):
-        n, g, b = item // (groups * n_blocks), (item // n_blocks) % groups, item % n_blocks
-        k0, c0 = g * Kg + b * K_BLOCK, g * Cg
-        n_k = min(K_BLOCK, Kg - b * K_BLOCK)
-        for i in range(Ho):
-            if n_k == 4:
-                _row_block4(x, w, n, c0, k0, i, sh, sw, dh, dw, top, left, out)
-            else:
-                for k in range(k0, k0 + n_k):
-                    _row_single(x, w, n, c0, k, i, sh, sw, dh, dw, top, left, out)
+def _direct(xq, w, R, S, sh, sw, dh, dw, Hq, rows, acc, out):
+    """out = the convolution; one item is a block of ``rows`` output rows of one plane (n, k).
+
+    Each thread owns acc[thread] (rows * Wq elements: output (i, j) is element (i - i0)*Wq + j) and takes an
+    equal share of the items."""
+    N, C = xq.shape[0], xq.shape[1]
+    K, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
+    Cg = w.shape[1] // (R * S)
+    Kg = K // (C // Cg)
+    Wq = acc.shape[1] // rows
+    n_blocks = (Ho + rows - 1) // rows
+    n_threads = acc.shape[0]
+    for thread in prange(n_threads):
+        start, stop = _share(N * K * n_blocks, thread, n_threads)
+        for item in range(start, stop):
+            n, k, i0 = item // (K * n_blocks), (item // n_blocks) % K, (item % n_blocks) * rows
+            n_rows = min(rows, Ho - i0)
+            block = acc[thread, :n_rows * Wq]
+            _accumulate(xq, w, n, k, (k // Kg) * Cg, i0, R, S, sh, sw, dh, dw, Hq, block)
+            for i in range(n_rows):
+                out[n, k, i0 + i] = block[i * Wq:i * Wq + Wo]
 
 
 class Direct(Algorithm):
-    """The defining sum, bounds-checked per tap, no workspace; a separate kernel for depthwise layers."""
+    """The defining sum over a zero-padded copy of x, as long flat contiguous loops, three taps per pass."""
 
     name = "direct"
     deterministic = True
@@ -148,15 +147,19 @@ class Direct(Algorithm):
     tolerance = {"float16": 2e-3, "float32": 5e-6, "float64": 1e-12}
 
     def workspace_bytes(self, p: ConvParams) -> int:
-        return 0
+        (sh, sw), (Hq, Wq) = p.stride, phase_plane(p)
+        return (p.N * p.C * sh * sw * Hq * Wq + get_num_threads() * rows_per_item(p) * Wq) * p.itemsize
 
     def flops(self, p: ConvParams) -> int:
         return p.flops
 
     def forward(self, x, w, p: ConvParams, out) -> None:
         (sh, sw), (dh, dw), ((top, _), (left, _)) = p.stride, p.dilation, p.padding
-        kernel = _depthwise if p.Cg == 1 else _grouped
-        kernel(x, w, sh, sw, dh, dw, top, left, out)
+        (Hq, Wq), rows = phase_plane(p), rows_per_item(p)
+        xq = self.workspace.get("direct.phases", (p.N, p.C, sh * sw * Hq * Wq), x.dtype)
+        acc = self.workspace.get("direct.acc", (get_num_threads(), rows * Wq), x.dtype)
+        _split_phases(x, top, left, sh, sw, Hq, Wq, xq)
+        _direct(xq, w.reshape(p.K, -1), p.R, p.S, sh, sw, dh, dw, Hq, rows, acc, out)
 
 
 register(Direct())
