@@ -1,0 +1,183 @@
+"""Conv time of whole CNNs: autotuned, forced to each single algorithm, and torch's; bench/results/cpu-nets.md.
+
+    python -m bench.nets            # ResNet-18 b1 224, ResNet-20 b32, LeNet-5 b64, VGG-16 b1 224, MobileNet-v1 b1 224
+    python -m bench.nets --quick    # a smoke test: small inputs, one round, results under /tmp unless --out
+
+Per net, one forward pass at a time runs with every conv autotuned (benchmark mode, tuned first), forced to
+one algorithm (where that algorithm supports every conv of the net), or computed by torch's conv2d (torch
+gets numba's thread count). Each conv call is timed on its own and summed: "conv time" excludes BatchNorm,
+pooling and the classifier, which are the same NumPy code in every mode. Modes run interleaved, round by
+round, so drift on the shared cores hits all alike; the table holds medians over rounds, and per layer where
+the time goes in the autotuned pass against torch.
+"""
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+import autotune
+from autotune import models, nn
+from autotune.__main__ import entry_params, torch_conv2d
+from convalgos import ALGORITHMS, ConvParams
+
+from .common import RESULTS, header
+
+#: (label, model, batch, input H=W); the issue's targets as ratios to torch's conv time.
+NETS = [("ResNet-18 b1 224", "resnet18", 1, 224), ("ResNet-20 b32", "resnet20", 32, 32),
+        ("LeNet-5 b64", "lenet5", 64, 32), ("VGG-16 b1 224", "vgg16", 1, 224),
+        ("MobileNet-v1 b1 224", "mobilenet_v1", 1, 224)]
+QUICK = [("ResNet-18 b1 64", "resnet18", 1, 64), ("ResNet-20 b2", "resnet20", 2, 32),
+         ("LeNet-5 b4", "lenet5", 4, 32), ("VGG-16 b1 32", "vgg16", 1, 32),
+         ("MobileNet-v1 b1 64", "mobilenet_v1", 1, 64)]
+TARGETS = {"vgg16": 0.75, "resnet18": 1.0, "resnet20": 1.0, "mobilenet_v1": 1.0}
+
+
+class ConvClock:
+    """Times every conv call of a model: per layer name, seconds of the latest pass."""
+
+    def __init__(self, model):
+        self.convs = nn.conv_layers(model)
+        self.seconds: dict[str, float] = {}
+        self.params: dict[str, ConvParams] = {}
+
+    def __enter__(self):
+        for name, conv in self.convs:
+            conv.forward = self._timed(name, conv, type(conv).forward.__get__(conv))
+        return self
+
+    def __exit__(self, *exc):
+        for _, conv in self.convs:
+            del conv.forward
+
+    def _timed(self, name, conv, forward):
+        def timed(x):
+            if name not in self.params:
+                self.params[name] = ConvParams.from_arrays(x, conv.weight, conv.bias, stride=conv.stride,
+                                                           padding=conv.padding, dilation=conv.dilation,
+                                                           groups=conv.groups)
+            start = time.perf_counter()
+            y = forward(x)
+            self.seconds[name] = time.perf_counter() - start
+            return y
+        return timed
+
+
+def measure(model_name, batch, size, rounds):
+    """mode -> {layer: median seconds}, the params per layer, the unsupported counts, and the tuning seconds."""
+    model = models.get_model(model_name)
+    x = np.random.default_rng(0).standard_normal((batch, model.input_shape[0], size, size)).astype(np.float32)
+    with ConvClock(model) as clock, autotune.flags(benchmark=True):
+        start = time.perf_counter()
+        model(x)                                      # tunes every new key
+        tuning = time.perf_counter() - start
+        layers = list(dict.fromkeys(clock.params.values()))
+        modes = {"autotuned": None}
+        unsupported = {}
+        for name, algorithm in ALGORITHMS.items():
+            missing = sum(not algorithm.supports(p) for p in layers)
+            if missing:
+                unsupported[name] = missing
+            else:
+                modes[name] = name
+        torch_conv = torch_conv2d()
+        if torch_conv is not None:
+            modes["torch"] = torch_conv
+        samples = defaultdict(lambda: defaultdict(list))
+        for r in range(rounds + 1):                   # round 0 warms every mode up and is not counted
+            for mode, algo in modes.items():
+                with nn.use_algorithm(model, algo):
+                    model(x)
+                if r:
+                    for layer, s in clock.seconds.items():
+                        samples[mode][layer].append(s)
+    medians = {mode: {layer: float(np.median(s)) for layer, s in per.items()} for mode, per in samples.items()}
+    chosen = {entry_params(e): e.algo for e in autotune.dispatch_table()}
+    return medians, clock.params, unsupported, tuning, chosen
+
+
+def report(results, rounds) -> str:
+    names = list(ALGORITHMS)
+    lines = [header("CPU nets: conv time autotuned, per single algorithm, and torch's"),
+             f"Conv time of one forward pass (sum of every conv call), median of {rounds} interleaved rounds; "
+             "ms. `n/a (k)`: the algorithm does not support k distinct conv layers of the net. "
+             "Ratio = autotuned / torch (target in brackets); speedup = best single algorithm / autotuned.\n",
+             "| net | autotuned | " + " | ".join(names) + " | torch | ratio to torch | speedup over best single "
+             "| tuning s |", "|---" * (len(names) + 6) + "|"]
+    for label, (model_name, medians, params, unsupported, tuning, chosen) in results.items():
+        total = {mode: sum(per.values()) for mode, per in medians.items()}
+        singles = {n: total[n] for n in names if n in total}
+        best = min(singles, key=singles.get) if singles else None
+        cells = [f"{total[n] * 1e3:.1f}" if n in total else f"n/a ({unsupported[n]})" for n in names]
+        torch_ms = f"{total['torch'] * 1e3:.1f}" if "torch" in total else "-"
+        target = TARGETS.get(model_name)
+        ratio = (f"{total['autotuned'] / total['torch']:.2f}" + (f" (<= {target})" if target else "")
+                 if "torch" in total else "-")
+        speedup = f"{singles[best] / total['autotuned']:.2f}x ({best})" if best else "-"
+        lines.append(f"| {label} | **{total['autotuned'] * 1e3:.1f}** | " + " | ".join(cells)
+                     + f" | {torch_ms} | {ratio} | {speedup} | {tuning:.1f} |")
+    for label, (model_name, medians, params, unsupported, tuning, chosen) in results.items():
+        lines += [f"\n## {label}: per layer (ms)\n", "| layer | shape | chosen | autotuned | torch | ratio |",
+                  "|---|---|---|---|---|---|"]
+        for layer, p in params.items():
+            auto = medians["autotuned"][layer]
+            theirs = medians.get("torch", {}).get(layer)
+            t = f"{theirs * 1e3:.2f} | {auto / theirs:.2f}" if theirs else "- | -"
+            lines.append(f"| {layer} | {p} | {chosen.get(p, '?')} | {auto * 1e3:.2f} | {t} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results, path):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    modes = ["autotuned"] + list(ALGORITHMS)
+    fig, ax = plt.subplots(figsize=(9, 4.5))
+    width = 0.8 / len(modes)
+    for j, mode in enumerate(modes):
+        xs, ys = [], []
+        for i, (_, medians, *_rest) in enumerate(results.values()):
+            if mode in medians and "torch" in medians:
+                xs.append(i + j * width)
+                ys.append(sum(medians[mode].values()) / sum(medians["torch"].values()))
+        ax.bar(xs, ys, width, label=mode)
+    ax.axhline(1.0, color="k", linewidth=0.8)
+    ax.set_xticks([i + 0.4 - width / 2 for i in range(len(results))], list(results), fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("conv time / torch's (log; lower is better)")
+    ax.legend(fontsize=7, ncol=4)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--quick", action="store_true", help="small inputs, one round (a smoke test)")
+    ap.add_argument("--rounds", type=int, default=None, help="timed rounds (default 5, 1 with --quick)")
+    ap.add_argument("--out", type=Path, default=None, help="markdown path (default bench/results/cpu-nets.md; "
+                                                           "/tmp/cpu-nets-quick.md with --quick)")
+    args = ap.parse_args(argv)
+    rounds = args.rounds or (1 if args.quick else 5)
+    out = args.out or (Path("/tmp/cpu-nets-quick.md") if args.quick else RESULTS / "cpu-nets.md")
+    results = {}
+    for label, model_name, batch, size in (QUICK if args.quick else NETS):
+        print(f"{label} ...", flush=True)
+        results[label] = (model_name, *measure(model_name, batch, size, rounds))
+    text = report(results, rounds)
+    try:
+        plot(results, out.with_suffix(".png"))
+        text = text.replace("\n\n## ", f"\n\n![conv time / torch's]({out.with_suffix('.png').name})\n\n## ", 1)
+    except ImportError:
+        text += "\n(matplotlib not installed: no plot)\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)
+    print(f"wrote {out}")
+
+
+if __name__ == "__main__":
+    main()
