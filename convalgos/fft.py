@@ -17,20 +17,23 @@ outputs that are kept get computed (not the stride-1 result then subsampled).
 
 The data path: gather (Numba) padding, phases and tiles into a reused real buffer laid out (Th, Tw, Cs, P) with
 P = N * tiles; scipy rfftn over the two leading axes gives (F, Cs, P) with F = Th*(Tw//2+1), the GEMM layout,
-with no transposition. The kernel spectrum is computed each call (weights may change between calls; it is
-cheap beside the data when N*tiles is large): a pruned transform, rfft along S of only the R phase rows, then
-fft along R. The inverse rfftn gives (Th, Tw, K, P); a Numba scatter crops each tile into y. This module's
-algorithm is the one-tile case (the tile is the whole image, Th = next_fast_len(Ho + Rq - 1)); ``fft_tiled``
-uses the same machinery with many small tiles (overlap-save).
+with no transposition. The kernel spectrum is computed each call (weights may change between calls) as a
+pruned 2-D DFT by real GEMMs: the kernel has only Rq x Sq taps in a Th x Tw tile, and batched FFTs of many
+short, mostly zero signals cost more in per-transform overhead than two small GEMMs (measured 2-4x on the 16x16
+tiles of a 64-channel 7x7 layer). The inverse rfftn gives (Th, Tw, K, P); a Numba scatter crops each tile into y.
+This module's algorithm is the one-tile case (the tile is the whole image, Th = next_fast_len(Ho + Rq - 1));
+``fft_tiled`` uses the same machinery with many small tiles (overlap-save).
 
-FLOPs (``flops``), convention: a real FFT of n points (2-D: n = Th*Tw) costs 2.5 n log2 n real flops, a complex
-multiply-add 8. Forward transforms of Cs*P input tiles and K*Cg*sh*sw kernels (counted as full transforms
-though the kernel's is pruned), inverse transforms of K*P output tiles, and the GEMM 8*F*K*(Cs/G)*P.
+FLOPs (``flops``), convention: a real FFT of n points (2-D: n = Th*Tw) costs 2.5 n log2 n real flops; a complex
+multiply-add 8. Counted: the forward FFTs of Cs*P input tiles and the inverse FFTs of K*P output tiles; the
+kernel's DFT GEMMs, 4*Fw*Sq*Rq + 8*Th*Rq*Fw real flops per (k, phase channel) (Fw = Tw//2+1); the channel GEMM
+8*F*K*Csg*P (Csg = Cs/groups). The kernel's share is why whole-image FFT at batch 1 loses to the tiled one.
 
-Workspace (``workspace_bytes``): the gathered tiles Th*Tw*Cs*P reals; their spectrum F*Cs*P complex; the
-kernel's R-row partial spectrum Rq*Fw*K*Csg and its spectrum F*K*Csg complex; the product spectrum F*K*P
-complex; the inverse Th*Tw*K*P reals. The gather and product buffers are reused between calls; scipy allocates
-the others (it has no ``out=``).
+Workspace (``workspace_bytes``): the sum of every array made (the live peak is a little lower): the dilated
+polyphase kernel and its flipped copy, 2*Rq*Sq*K*Csg reals; the kernel's row DFT 2*Rq*Fw*K*Csg reals, its
+planar spectrum 2*F*K*Csg reals and interleaved spectrum F*K*Csg complex; the gathered tiles Th*Tw*Cs*P reals;
+their spectrum F*Cs*P complex; the product spectrum F*K*P complex; the inverse Th*Tw*K*P reals. scipy allocates
+the tile spectrum and the inverse (it has no ``out=``); the rest are buffers reused between calls.
 
 Constraints: any stride, dilation, padding and groups; refused when the workspace exceeds MAX_WORKSPACE.
 
@@ -42,6 +45,7 @@ lets pocketfft split the independent vectors over the cores; the result is bitwi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from math import log2
 
 import numpy as np
@@ -111,8 +115,9 @@ def whole_image_plan(p: ConvParams) -> TilePlan:
 def plan_sizes(p: ConvParams, t: TilePlan) -> dict[str, int]:
     """Element counts of every array the algorithm makes (reals or complexes, as named)."""
     Cs, Csg, P, F = p.C * t.sh * t.sw, p.Cg * t.sh * t.sw, p.N * t.nth * t.ntw, t.freqs
-    return dict(tiles_real=t.Th * t.Tw * Cs * P, tiles_complex=F * Cs * P,
-                kernel_rows_complex=t.Rq * (t.Tw // 2 + 1) * p.K * Csg, kernel_complex=F * p.K * Csg,
+    return dict(kernel_taps_real=2 * t.Rq * t.Sq * p.K * Csg, tiles_real=t.Th * t.Tw * Cs * P, tiles_complex=F * Cs * P,
+                kernel_rows_complex=t.Rq * (t.Tw // 2 + 1) * p.K * Csg, kernel_planar_complex=F * p.K * Csg,
+                kernel_complex=F * p.K * Csg,
                 product_complex=F * p.K * P, out_tiles_real=t.Th * t.Tw * p.K * P)
 
 
@@ -126,8 +131,9 @@ def plan_flops(p: ConvParams, t: TilePlan) -> int:
     n = t.Th * t.Tw
     fft = 2.5 * n * log2(n) if n > 1 else 0.0
     Cs, Csg, P = p.C * t.sh * t.sw, p.Cg * t.sh * t.sw, p.N * t.nth * t.ntw
-    transforms = Cs * P + p.K * Csg + p.K * P
-    return int(transforms * fft + 8 * t.freqs * p.K * Csg * P)
+    Fw = t.Tw // 2 + 1
+    kernel_dft = p.K * Csg * (4 * Fw * t.Sq * t.Rq + 8 * t.Th * t.Rq * Fw)
+    return int((Cs * P + p.K * P) * fft + kernel_dft + 8 * t.freqs * p.K * Csg * P)
 
 
 @njit(parallel=True, cache=True)
@@ -174,10 +180,38 @@ def phase_kernel(w: np.ndarray, p: ConvParams, t: TilePlan) -> np.ndarray:
     return np.ascontiguousarray(phases.reshape(t.Rq, t.Sq, p.K, p.Cg * sh * sw)[::-1, ::-1])
 
 
-def kernel_spectrum(w: np.ndarray, p: ConvParams, t: TilePlan) -> np.ndarray:
-    """(F, G, Kg, Csg) spectrum of the flipped phase kernel, pruned: rfft of the Rq rows, then fft along R."""
-    rows = scipy.fft.rfft(phase_kernel(w, p, t), n=t.Tw, axis=1, workers=-1)
-    spectrum = scipy.fft.fft(rows, n=t.Th, axis=0, workers=-1, overwrite_x=True)
+@lru_cache(maxsize=64)
+def dft_matrices(T: int, taps: int, bins: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of 2 pi f t / T for the first ``bins`` frequencies f and ``taps`` taps t (computed in float64)."""
+    angle = 2 * np.pi * np.outer(np.arange(bins), np.arange(taps)) / T
+    return np.cos(angle).astype(dtype), np.sin(angle).astype(dtype)
+
+
+@lru_cache(maxsize=64)
+def real_dft_along_rows(T: int, taps: int, dtype: str) -> np.ndarray:
+    """[[cos, sin], [-sin, cos]]: maps stacked (re; im) of length-``taps`` signals to (re; im) of their T-point DFT."""
+    cos, sin = dft_matrices(T, taps, T, dtype)
+    return np.block([[cos, sin], [-sin, cos]])
+
+
+def kernel_spectrum(w: np.ndarray, p: ConvParams, t: TilePlan, workspace) -> np.ndarray:
+    """(F, G, Kg, Csg) spectrum of the flipped phase kernel, as a pruned 2-D DFT by two real GEMMs.
+
+    The kernel is tiny (Rq x Sq taps) in a Th x Tw tile, so instead of batched FFTs of many short mostly-zero
+    signals: (re; im) of the rfft along S is cos/sin (Fw x Sq) @ kernel, then the DFT along R is one real GEMM
+    of the (2Th x 2Rq) matrix ``real_dft_along_rows`` with the stacked (re; im) rows.
+    """
+    Fw, KCs, dt = t.Tw // 2 + 1, p.K * p.Cg * t.sh * t.sw, p.compute_dtype
+    kernel = phase_kernel(w, p, t).reshape(t.Rq, t.Sq, KCs)
+    cos, sin = dft_matrices(t.Tw, t.Sq, Fw, dt)
+    rows = workspace.get("fft.kernel_rows", (2, t.Rq, Fw, KCs), dt)
+    np.matmul(cos, kernel, out=rows[0])
+    np.negative(np.matmul(sin, kernel, out=rows[1]), out=rows[1])
+    planar = workspace.get("fft.kernel_planar", (2 * t.Th, Fw * KCs), dt)
+    np.matmul(real_dft_along_rows(t.Th, t.Rq, dt), rows.reshape(2 * t.Rq, Fw * KCs), out=planar)
+    spectrum = workspace.get("fft.kernel", (t.freqs, KCs), np.result_type(dt, np.complex64))
+    spectrum.real = planar[:t.Th].reshape(t.freqs, KCs)
+    spectrum.imag = planar[t.Th:].reshape(t.freqs, KCs)
     return spectrum.reshape(t.freqs, p.groups, p.Kg, -1)
 
 
@@ -214,7 +248,7 @@ class FFT(Algorithm):
         gather_tiles(x, top, left, t.sh, t.sw, t.mh, t.mw, t.nth, t.ntw, tiles)
         spectrum = scipy.fft.rfftn(tiles, axes=(0, 1), workers=-1).reshape(t.freqs, p.groups, -1, P)
         product = self.workspace.get("fft.product", (t.freqs, p.groups, p.Kg, P), cplx)
-        np.matmul(kernel_spectrum(w, p, t), spectrum, out=product)
+        np.matmul(kernel_spectrum(w, p, t, self.workspace), spectrum, out=product)
         out_tiles = scipy.fft.irfftn(product.reshape(t.Th, -1, p.K, P), s=(t.Th, t.Tw), axes=(0, 1), workers=-1)
         scatter_tiles(out_tiles, t.Rq - 1, t.Sq - 1, t.mh, t.mw, t.nth, t.ntw, out)
 
