@@ -175,16 +175,28 @@ def unsupported_layers(name, layer_params) -> list[str]:
     return [algorithm.supports(p).reason for p in layer_params if not algorithm.supports(p)]
 
 
-def time_passes(model, x, passes: dict, rounds: int) -> dict:
-    """name -> median seconds of a whole forward pass with every conv set to passes[name]; interleaved."""
+def time_passes(model, x, passes: dict, rounds: int, budget_s: float = 30.0) -> dict:
+    """name -> median seconds of a whole forward pass with every conv set to passes[name]; interleaved.
+
+    Round 0 warms every pass up (JIT loading, workspaces) and is not counted. A pass more than 3x slower than
+    the autotuned one in that round is timed once more only; the others up to ``rounds`` times while the
+    timed rounds stay within ``budget_s`` (at least once), so the slow FFT passes cannot stretch a run; fast
+    passes go on past ``rounds`` until the timed rounds have taken 0.3 s per requested round.
+    """
+    def once(algo):
+        with nn.use_algorithm(model, algo):
+            start = time.perf_counter()
+            model(x)
+            return time.perf_counter() - start
+
+    warm = {name: once(algo) for name, algo in passes.items()}
     samples = {name: [] for name in passes}
-    for r in range(rounds + 1):                       # round 0 warms up (JIT, workspaces) and is not counted
+    start, r, min_s = time.perf_counter(), 0, 0.3 * rounds
+    while r < 1 or (time.perf_counter() - start < (budget_s if r < rounds else min_s)):
         for name, algo in passes.items():
-            with nn.use_algorithm(model, algo):
-                start = time.perf_counter()
-                model(x)
-                if r:
-                    samples[name].append(time.perf_counter() - start)
+            if r == 0 or warm[name] <= 3 * warm["autotuned"]:
+                samples[name].append(once(algo))
+        r += 1
     return {name: float(np.median(s)) for name, s in samples.items()}
 
 

@@ -6,8 +6,10 @@ import sys
 
 import pytest
 
-#: distinct conv layers (ConvParams) of each model at any batch and its own input size.
+#: distinct conv layers (ConvParams) of each model at any batch and input size.
 DISTINCT_CONVS = {"lenet5": 2, "resnet20": 8}
+#: small inputs that keep each run to seconds.
+SIZES = {"lenet5": "32", "resnet20": "16"}
 
 
 def run_cli(*args, timeout=240):
@@ -20,7 +22,8 @@ def run_cli(*args, timeout=240):
 @pytest.mark.parametrize("model, batch", [("lenet5", 4), ("resnet20", 2)])
 def test_cli_end_to_end_with_a_cold_then_warm_cache(tmp_path, model, batch):
     cache, cold, warm = tmp_path / "cache.json", tmp_path / "cold.json", tmp_path / "warm.json"
-    common = ["--model", model, "--batch", str(batch), "--rounds", "1", "--cache", str(cache)]
+    common = ["--model", model, "--batch", str(batch), "--size", SIZES[model], "--rounds", "1",
+              "--cache", str(cache)]
     first = run_cli(*common, "--json", str(cold))
     assert first.returncode == 0, first.stderr
     assert "forward pass, autotuned" in first.stdout and "speedup over the best single algorithm" in first.stdout
