@@ -5,7 +5,7 @@
     >>> y = net(np.zeros((1, 3, 32, 32), np.float32))        # the conv is dispatched by autotune.conv2d
 
 Every layer computes exactly what its ``torch.nn`` namesake computes in ``eval()`` mode. Only ``Conv2d``
-does heavy arithmetic; the others are whole-array NumPy (a strided window view for pooling, an integral
+does heavy arithmetic; the others are whole-array NumPy (one strided view per kernel tap for pooling, an integral
 image for adaptive pooling), never Python loops over pixels.
 
 ``Conv2d.algo`` picks who computes a convolution: ``None`` (the default) asks the autotuner (the module-level
@@ -21,7 +21,6 @@ import math
 from collections import OrderedDict
 
 import numpy as np
-from numpy.lib.stride_tricks import sliding_window_view
 
 import convalgos
 from convalgos import reference
@@ -272,7 +271,7 @@ def _pool_out(size: int, k: int, s: int, p: int, ceil_mode: bool) -> int:
 
 
 class _Pool2d(Module):
-    """Shared window arithmetic: pad (plus the ceil-mode overhang), then a strided (kh, kw) window view."""
+    """Shared window arithmetic: pad (plus the ceil-mode overhang), then fold the kernel taps' strided views."""
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False):
         self.kernel_size = _pair(kernel_size)
@@ -295,12 +294,18 @@ class _Pool2d(Module):
             pads.append((p, max(p, (o - 1) * s + k - size - p)))
         return out, pads
 
-    def _windows(self, x, pads, out, fill):
-        """View of shape (N, C, Ho, Wo, kh, kw): every pooling window of x padded with ``fill``."""
+    def _reduce(self, x, pads, out, fill, ufunc):
+        """``ufunc`` (np.maximum or np.add) folded over every pooling window of x padded with ``fill``.
+
+        One whole-array operation per kernel tap (i, j): the strided view of the padded input that tap sees.
+        """
         xp = np.pad(x, ((0, 0), (0, 0)) + tuple(pads), constant_values=fill)
-        (sh, sw), (Ho, Wo) = self.stride, out
-        win = sliding_window_view(xp, self.kernel_size, axis=(2, 3))
-        return win[:, :, :(Ho - 1) * sh + 1:sh, :(Wo - 1) * sw + 1:sw]
+        (sh, sw), (Ho, Wo), (kh, kw) = self.stride, out, self.kernel_size
+        taps = (xp[:, :, i:i + sh * (Ho - 1) + 1:sh, j:j + sw * (Wo - 1) + 1:sw] for i in range(kh) for j in range(kw))
+        acc = next(taps).copy()
+        for tap in taps:
+            ufunc(acc, tap, out=acc)
+        return acc
 
     def extra_repr(self) -> str:
         return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
@@ -312,7 +317,7 @@ class MaxPool2d(_Pool2d):
 
     def forward(self, x):
         out, pads = self._geometry(*x.shape[2:])
-        return self._windows(x, pads, out, -np.inf).max(axis=(-2, -1))
+        return self._reduce(x, pads, out, -np.inf, np.maximum)
 
 
 class AvgPool2d(_Pool2d):
@@ -330,12 +335,12 @@ class AvgPool2d(_Pool2d):
     def forward(self, x):
         (H, W), dt = x.shape[2:], x.dtype
         out, pads = self._geometry(H, W)
-        sums = self._windows(x, pads, out, 0).sum(axis=(-2, -1), dtype=np.float64)
+        sums = self._reduce(x.astype(np.float64), pads, out, 0, np.add)
         (ph, pw), counted = self.padding, np.ones((1, 1, H, W))
         if self.count_include_pad:
             counted = np.pad(counted, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=1)
             pads = [(0, a - p) for (_, a), p in zip(pads, (ph, pw))]
-        divisor = self._windows(counted, pads, out, 0).sum(axis=(-2, -1))
+        divisor = self._reduce(counted, pads, out, 0, np.add)
         return (sums / divisor).astype(dt)
 
 
