@@ -64,65 +64,74 @@ def _split_phases(x, top, left, sh, sw, Hq, Wq, xq):
     for nc in prange(N * C):
         n, c = nc // C, nc % C
         plane = xq[n, c]
-        plane[:] = 0.0
-        for i in range(max(0, min(H, sh * Hq - top))):
-            ph = i + top
-            for pw0 in range(left, left + min(sw, W)):     # the first padded column of each column phase
-                q0, count = pw0 // sw, min(Wq - pw0 // sw, (W - 1 - (pw0 - left)) // sw + 1)
-                if count > 0:
-                    start = (((ph % sh) * sw + pw0 % sw) * Hq + ph // sh) * Wq + q0
-                    plane[start:start + count] = x[n, c, i, pw0 - left::sw][:count]
+        for b in range(sh):
+            for a in range(Hq):
+                i = a * sh + b - top
+                for p in range(sw):
+                    dst = plane[((b * sw + p) * Hq + a) * Wq:((b * sw + p) * Hq + a + 1) * Wq]
+                    if 0 <= i < H:
+                        row = x[n, c, i]
+                        for q in range(Wq):
+                            col = q * sw + p - left
+                            dst[q] = row[col] if 0 <= col < W else 0.0
+                    else:
+                        for q in range(Wq):
+                            dst[q] = 0.0
 
 
-@njit(cache=True, fastmath={"contract"})
+@njit(cache=True)
+def _tap_table(R, S, sh, sw, dh, dw, Hq, Wq, taps):
+    """taps[0, q] = input channel (within the group) of tap q = (c, r, s); taps[1, q] = where it reads output
+    (0, 0) in that channel's phase planes. Output (i, j) of that tap is then read at taps[1, q] + i*Wq + j."""
+    for q in range(taps.shape[1]):
+        r, s = (q // S) % R, q % S
+        phase = ((r * dh) % sh) * sw + (s * dw) % sw
+        taps[0, q] = q // (R * S)
+        taps[1, q] = (phase * Hq + (r * dh) // sh) * Wq + (s * dw) // sw
+
+
+@njit(cache=True, fastmath={"contract"}, inline="always")
 def _add_taps3(acc, xa, wa, xb, wb, xc, wc):
     """acc[t] += wa*xa[t] + wb*xb[t] + wc*xc[t]: three taps for one load and store of acc."""
     for t in range(acc.size):
         acc[t] += wa * xa[t] + wb * xb[t] + wc * xc[t]
 
 
-@njit(cache=True, fastmath={"contract"})
+@njit(cache=True, fastmath={"contract"}, inline="always")
 def _add_tap(acc, xa, wa):
     """acc[t] += wa * xa[t]."""
     for t in range(acc.size):
         acc[t] += wa * xa[t]
 
 
-@njit(cache=True)
-def _tap_start(q, i0, R, S, sh, sw, dh, dw, Hq, Wq):
-    """Where tap q = (c, r, s) reads output element (i0, 0) in its channel's phase planes (c is not needed)."""
-    r, s = (q // S) % R, q % S
-    phase = ((r * dh) % sh) * sw + (s * dw) % sw
-    return ((phase * Hq + i0 + (r * dh) // sh) * Wq + (s * dw) // sw)
+@njit(cache=True, inline="always")
+def _accumulate(xq, w, taps, n, k, c0, first, acc):
+    """acc[t] = sum over taps q of w[k, q] * xq[n, c0 + taps[0, q], taps[1, q] + first + t] (``_tap_table``).
 
-
-@njit(cache=True)
-def _accumulate(xq, w, n, k, c0, i0, R, S, sh, sw, dh, dw, Hq, acc):
-    """acc[t] = sum over taps q = (c, r, s) of w[k, q] * xq[n, c0 + c, tap_start(q) + t]: rows i0.. of plane k.
-
-    xq: (N, C, sh*sw*Hq*Wq) phase planes; w: (K, Cg*R*S). Three taps per pass over acc."""
-    n_taps, Wq = w.shape[1], xq.shape[2] // (sh * sw * Hq)
-    acc[:] = 0.0
+    xq: (N, C, phase planes) flat; w: (K, Cg*R*S). Three taps per pass over acc."""
+    n_taps = w.shape[1]
+    for t in range(acc.size):
+        acc[t] = 0.0
     q = 0
     while q + 3 <= n_taps:
-        xa = xq[n, c0 + q // (R * S), _tap_start(q, i0, R, S, sh, sw, dh, dw, Hq, Wq):]
-        xb = xq[n, c0 + (q + 1) // (R * S), _tap_start(q + 1, i0, R, S, sh, sw, dh, dw, Hq, Wq):]
-        xc = xq[n, c0 + (q + 2) // (R * S), _tap_start(q + 2, i0, R, S, sh, sw, dh, dw, Hq, Wq):]
+        xa = xq[n, c0 + taps[0, q], first + taps[1, q]:]
+        xb = xq[n, c0 + taps[0, q + 1], first + taps[1, q + 1]:]
+        xc = xq[n, c0 + taps[0, q + 2], first + taps[1, q + 2]:]
         _add_taps3(acc, xa, w[k, q], xb, w[k, q + 1], xc, w[k, q + 2])
         q += 3
     for q in range(q, n_taps):
-        _add_tap(acc, xq[n, c0 + q // (R * S), _tap_start(q, i0, R, S, sh, sw, dh, dw, Hq, Wq):], w[k, q])
+        _add_tap(acc, xq[n, c0 + taps[0, q], first + taps[1, q]:], w[k, q])
 
 
 @njit(parallel=True, cache=True)
-def _direct(xq, w, R, S, sh, sw, dh, dw, Hq, rows, acc, out):
+def _direct(xq, w, taps, rows, acc, out):
     """out = the convolution; one item is a block of ``rows`` output rows of one plane (n, k).
 
     Each thread owns acc[thread] (rows * Wq elements: output (i, j) is element (i - i0)*Wq + j) and takes an
     equal share of the items."""
     N, C = xq.shape[0], xq.shape[1]
     K, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
-    Cg = w.shape[1] // (R * S)
+    Cg = taps[0, -1] + 1
     Kg = K // (C // Cg)
     Wq = acc.shape[1] // rows
     n_blocks = (Ho + rows - 1) // rows
@@ -133,9 +142,11 @@ def _direct(xq, w, R, S, sh, sw, dh, dw, Hq, rows, acc, out):
             n, k, i0 = item // (K * n_blocks), (item // n_blocks) % K, (item % n_blocks) * rows
             n_rows = min(rows, Ho - i0)
             block = acc[thread, :n_rows * Wq]
-            _accumulate(xq, w, n, k, (k // Kg) * Cg, i0, R, S, sh, sw, dh, dw, Hq, block)
+            _accumulate(xq, w, taps, n, k, (k // Kg) * Cg, i0 * Wq, block)
             for i in range(n_rows):
-                out[n, k, i0 + i] = block[i * Wq:i * Wq + Wo]
+                orow, arow = out[n, k, i0 + i], block[i * Wq:]
+                for j in range(Wo):
+                    orow[j] = arow[j]
 
 
 class Direct(Algorithm):
@@ -148,7 +159,8 @@ class Direct(Algorithm):
 
     def workspace_bytes(self, p: ConvParams) -> int:
         (sh, sw), (Hq, Wq) = p.stride, phase_plane(p)
-        return (p.N * p.C * sh * sw * Hq * Wq + get_num_threads() * rows_per_item(p) * Wq) * p.itemsize
+        planes = (p.N * p.C * sh * sw * Hq * Wq + get_num_threads() * rows_per_item(p) * Wq) * p.itemsize
+        return planes + 2 * p.Cg * p.R * p.S * 8
 
     def flops(self, p: ConvParams) -> int:
         return p.flops
@@ -158,8 +170,10 @@ class Direct(Algorithm):
         (Hq, Wq), rows = phase_plane(p), rows_per_item(p)
         xq = self.workspace.get("direct.phases", (p.N, p.C, sh * sw * Hq * Wq), x.dtype)
         acc = self.workspace.get("direct.acc", (get_num_threads(), rows * Wq), x.dtype)
+        taps = self.workspace.get("direct.taps", (2, p.Cg * p.R * p.S), np.int64)
+        _tap_table(p.R, p.S, sh, sw, dh, dw, Hq, Wq, taps)
         _split_phases(x, top, left, sh, sw, Hq, Wq, xq)
-        _direct(xq, w.reshape(p.K, -1), p.R, p.S, sh, sw, dh, dw, Hq, rows, acc, out)
+        _direct(xq, w.reshape(p.K, -1), taps, rows, acc, out)
 
 
 register(Direct())
