@@ -24,6 +24,12 @@ def built(name):
     return models.get_model(name, seed=3)
 
 
+@functools.lru_cache(maxsize=None)
+def tuner_for(name):
+    """One benchmark-mode Tuner per architecture: the torch test reuses what the reference test tuned."""
+    return autotune.Tuner(benchmark=True)
+
+
 def with_tuner(model, tuner):
     for _, conv in nn.conv_layers(model):
         conv.tuner = tuner
@@ -48,7 +54,7 @@ def randomise_batchnorm(model, seed=1):
 
 @pytest.mark.parametrize("name", list(models.MODELS))
 def test_autotuned_model_equals_reference_model(name):
-    tuner = autotune.Tuner(benchmark=True)
+    tuner = tuner_for(name)
     model = with_tuner(built(name), tuner)
     randomise_batchnorm(model)
     x = seeded_input(name)
@@ -212,7 +218,7 @@ def test_torch_state_dict_loads_and_gives_the_same_logits(name):
             if isinstance(m, torch.nn.BatchNorm2d):
                 m.weight.uniform_(0.5, 1.5), m.bias.uniform_(-0.2, 0.2)
                 m.running_mean.uniform_(-0.2, 0.2), m.running_var.uniform_(0.5, 2.0)
-    ours = with_tuner(built(name), autotune.Tuner(benchmark=True))
+    ours = with_tuner(built(name), tuner_for(name))
     ours.load_state_dict(theirs.state_dict())  # torch tensors, num_batches_tracked included
     x = seeded_input(name)
     with torch.no_grad():
