@@ -27,9 +27,9 @@ scratch arrays of at most alpha^2 * ``tiles_per_block`` (or ``filter_block``) el
 counted).
 
 Constraints: a 3x3 kernel, stride 1, dilation 1; any padding (asymmetric too), any groups. Depthwise layers
-(Cg = 1) run but are slow: each GEMM degenerates to Kg x 1 by 1 x P, an elementwise product, so the alpha^2
-per-tile savings are eaten by the transforms and by alpha^2 * C tiny matmul calls; ``direct`` is the
-algorithm for them.
+(Cg = 1) run but are slow: each GEMM degenerates to (Kg x 1) @ (1 x P), an outer product (done by
+broadcasting), so there is no channel sum to amortise the transforms over, and they cost as much as the
+direct convolution's 9 multiply-adds per output; ``direct`` is the algorithm for them.
 
 Accuracy: B^T is integer and A^T holds powers of two, so the float32 error comes from rounding in G (entries
 like 1/90) and from the transforms' cancellation, which grows with the tile size. Measured normwise float32
@@ -306,13 +306,16 @@ class Winograd(Algorithm):
         V_all = self.workspace.get("V", (a2 * p.C * rows * tiles_w,), cdt)
         M_all = self.workspace.get("M", (a2 * p.K * rows * tiles_w,), cdt)
         U_gemm = U.reshape(a2, p.groups, p.Kg, p.Cg)
+        # with one input channel per group (depthwise) each product is (Kg x 1) @ (1 x P): an outer product,
+        # which broadcasting does in one pass where matmul would make alpha^2 * groups tiny calls
+        gemm = np.multiply if p.Cg == 1 else np.matmul
         n_rows = p.N * tiles_h
         for q0 in range(0, n_rows, rows):
             P = min(rows, n_rows - q0) * tiles_w
             V = V_all[:a2 * p.C * P].reshape(self.alpha, self.alpha, p.C, P)
             M = M_all[:a2 * p.K * P].reshape(self.alpha, self.alpha, p.K, P)
             _input_transform(xpad, BT, self.m, q0, tiles_w, block_rows, n_threads, V)
-            np.matmul(U_gemm, V.reshape(a2, p.groups, p.Cg, P), out=M.reshape(a2, p.groups, p.Kg, P))
+            gemm(U_gemm, V.reshape(a2, p.groups, p.Cg, P), out=M.reshape(a2, p.groups, p.Kg, P))
             _output_transform(M, AT, q0, tiles_w, block_rows, n_threads, out)
 
 
