@@ -69,14 +69,31 @@ def _split_phases(x, top, left, sh, sw, Hq, Wq, xq):
                 i = a * sh + b - top
                 for p in range(sw):
                     dst = plane[((b * sw + p) * Hq + a) * Wq:((b * sw + p) * Hq + a + 1) * Wq]
-                    if 0 <= i < H:
-                        row = x[n, c, i]
-                        for q in range(Wq):
-                            col = q * sw + p - left
-                            dst[q] = row[col] if 0 <= col < W else 0.0
-                    else:
-                        for q in range(Wq):
-                            dst[q] = 0.0
+                    q0, q1 = _col_range(p, left, sw, W, Wq) if 0 <= i < H else (0, 0)
+                    for q in range(q0):
+                        dst[q] = 0.0
+                    if q1 > q0:
+                        _copy_strided(dst[q0:q1], x[n, c, i, q0 * sw + p - left:], sw)
+                    for q in range(q1, Wq):
+                        dst[q] = 0.0
+
+
+@njit(cache=True, inline="always")
+def _col_range(p, left, sw, W, Wq):
+    """Columns [q0, q1) of column phase p whose input column q*sw + p - left lies in [0, W)."""
+    q0 = max(0, min(Wq, -((p - left) // sw)))       # ceil((left - p) / sw)
+    return q0, max(q0, min(Wq, (W - 1 + left - p) // sw + 1))
+
+
+@njit(cache=True, inline="always")
+def _copy_strided(dst, src, step):
+    """dst[q] = src[q * step]; step 1 is literal so that copy is contiguous."""
+    if step == 1:
+        for q in range(dst.size):
+            dst[q] = src[q]
+    else:
+        for q in range(dst.size):
+            dst[q] = src[q * step]
 
 
 @njit(cache=True)
