@@ -1,31 +1,37 @@
-"""Direct convolution, "direct": the defining sum, computed by a Numba loop nest.
+"""Direct convolution, "direct": the defining sum, computed by Numba loops over a polyphase padded copy of x.
 
 Maths. With g = k // Kg the group of output channel k (Cg = C/groups input and Kg = K/groups output channels
-per group), top/left the padding and x read as zero outside its H x W extent:
+per group), (top, left) the padding and x read as zero outside its H x W extent:
 
     y[n, k, i, j] = sum_{c < Cg, r < R, s < S} x[n, g*Cg + c, i*sh + r*dh - top, j*sw + s*dw - left] * w[k, c, r, s]
 
-FLOPs (``flops``): one multiply and one add per tap, 2 * N * K * (C/groups) * R * S * Ho * Wo = ``p.flops``;
-padded taps are skipped, not multiplied by zero, so near the borders slightly less is done.
+FLOPs (``flops``): one multiply and one add per tap, 2 * N * K * (C/groups) * R * S * Ho * Wo = ``p.flops``
+(padded taps are multiplied by zero, not skipped).
 
-Workspace: none (``workspace_bytes`` is 0). Padding is handled by bounds, not by a padded copy: for an output
-row i only the kernel rows r whose input row lies inside x are visited, and for a kernel column s the output
-columns j whose input column lies inside x form one contiguous range [j0, j1) computed once per tap
-(``_col_range``), so the innermost loop has no per-element branch.
+Padding and stride are handled by a copy, not by bounds: ``_split_phases`` writes each zero-padded input plane
+as its sh * sw polyphase components (padded row ph, column pw goes to phase (ph % sh, pw % sw), row ph // sh,
+column pw // sw; each phase is Hq x Wq, ``phase_plane``). Tap (r, s) of output (i, j) then reads phase
+((r*dh) % sh, (s*dw) % sw) at row i + (r*dh)//sh, column j + (s*dw)//sw: a fixed offset plus i*Wq + j. So,
+numbering the outputs of a plane t = i*Wq + j (Wq - Wo junk columns per row, dropped at the end), every tap
+of every layer, strided or dilated, is one flat stride-1 pass  acc[t] += w[k, c, r, s] * xq[offset(c, r, s) + t]
+with no bounds test; the offsets are tabulated once per call (``_tap_table``).
+
+Workspace (``workspace_bytes``): the phase planes, N * C * sh * sw * Hq * Wq elements (about the padded input),
+with Hq = Ho + (R-1)*dh // sh + 1 (one spare row, which the junk columns of the last row read) and
+Wq = Wo + (S-1)*dw // sw; one accumulator of ``rows_per_item`` * Wq elements per thread; the tap table,
+2 * Cg * R * S int64.
 
 Constraints: none; any stride, asymmetric padding, dilation, groups, depthwise; float32 and float64 (each its
-own compiled kernel; float16 is computed in float32 by ``conv2d``).
+own compiled kernel; float16 is computed in float32 by ``conv2d``). Accuracy: taps are summed in order in the
+compute dtype; the float32 normwise error on C = 512 3x3 layers is about 1.3e-6.
 
-Loop order. ``out`` is the accumulator: each output row is zeroed, then every tap adds its weight times the
-matching input row segment into it. The innermost loop runs over the output columns j, contiguous in ``out``
-(and in ``x`` when the stride is 1), so it vectorises; the row being accumulated stays in L1.
-
-- Ordinary and grouped layers (``_grouped``): the parallel items are (image n, group g, block of ``K_BLOCK``
-  output channels), so even batch 1 keeps both cores busy. A block accumulates ``K_BLOCK`` output rows at once:
-  each input element loaded is multiplied by ``K_BLOCK`` weights (register blocking over output channels),
-  which cuts the loads of x per multiply-add by that factor. Loops: n, g, k-block (parallel) > i > c > r > s > j.
-- Depthwise layers (Cg = 1, ``_depthwise``): there is nothing to share between output channels, so the items
-  are the (n, k) planes and a row gathers its R*S taps; each inner loop is one multiply-add per element.
+Loop order (``_direct``). The parallel items are blocks of whole output rows of one plane (n, k), about
+``SEGMENT`` outputs each, so batch 1 keeps both cores busy and a block's accumulator stays in L1. For a block,
+the Cg*R*S taps are taken three at a time and each triple is one pass over the accumulator that loads three
+input runs and the accumulator once and stores once (three multiply-adds per store; a pass per tap would store
+once per multiply-add). The innermost loop is that contiguous pass over t, which the compiler vectorises; its
+length is the block, not one output row, which matters for the short rows of small planes. Depthwise layers
+(Cg = 1) are the same loop with 9 taps per plane: the phase copy plus three passes per block.
 """
 from __future__ import annotations
 
@@ -167,11 +173,11 @@ def _direct(xq, w, taps, rows, acc, out):
 
 
 class Direct(Algorithm):
-    """The defining sum over a zero-padded copy of x, as long flat contiguous loops, three taps per pass."""
+    """The defining sum over a polyphase zero-padded copy of x, as long flat contiguous passes, three taps each."""
 
     name = "direct"
     deterministic = True
-    # float32: sequential accumulation over Cg*R*S taps; measured below 1e-6 on C = 512 3x3 layers.
+    # measured: float32 1.3e-6 on C = 512 3x3 (14x14, 7x7 s2); float16 (in float32) 3e-4; float64 3e-15.
     tolerance = {"float16": 2e-3, "float32": 5e-6, "float64": 1e-12}
 
     def workspace_bytes(self, p: ConvParams) -> int:

@@ -1,0 +1,74 @@
+"""What is specific to ``direct``: the depthwise layers it is for, the polyphase split, its workspace."""
+import numpy as np
+import pytest
+
+import convalgos
+from convalgos import ALGORITHMS, ConvParams, reference
+from convalgos.direct import phase_plane, rows_per_item
+from convalgos.reference import normwise_error
+
+DIRECT = ALGORITHMS["direct"]
+
+
+def check(x_shape, w_shape, dtype="float32", seed=0, **kw):
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal(x_shape).astype(dtype)
+    w = rng.standard_normal(w_shape).astype(dtype)
+    y = convalgos.conv2d(x, w, **kw, algo="direct")
+    err = normwise_error(y, reference.conv2d(x, w, **kw))
+    assert err <= DIRECT.tolerance[dtype], f"normwise error {err:.3g}"
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("stride", [1, 2])
+@pytest.mark.parametrize("size", [7, 13, 28, 31])
+def test_depthwise_3x3_like_mobilenet(dtype, stride, size):
+    check((2, 12, size, size), (12, 1, 3, 3), dtype, stride=stride, padding=1, groups=12)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(stride=(2, 3), padding=((0, 2), (1, 0))),        # unequal strides, asymmetric padding
+    dict(stride=3, dilation=2, padding=2),                 # sh*sw phases with dilated taps
+    dict(stride=(1, 2), dilation=(3, 1), padding=((3, 0), (0, 3))),
+    dict(padding=5),                                       # padding wider than the kernel: all-zero rows
+])
+def test_polyphase_split_strides_dilations_paddings(kw):
+    check((1, 3, 11, 10), (4, 3, 3, 2), **kw)
+    check((1, 6, 11, 10), (6, 1, 3, 3), **kw, groups=6)   # the depthwise path with the same geometry
+
+
+def test_depthwise_channel_multiplier():
+    check((1, 5, 9, 9), (10, 1, 3, 3), padding=1, groups=5)
+
+
+def test_deep_reduction_float32_within_tolerance():
+    check((1, 512, 7, 7), (8, 512, 3, 3), padding=1)
+
+
+def test_long_planes_span_several_items():
+    """A 112 x 112 plane is cut into blocks of rows_per_item rows; the last block is short."""
+    p = ConvParams.from_shapes((1, 2, 112, 112), (2, 1, 3, 3), padding=1, groups=2)
+    assert 112 % rows_per_item(p) != 0
+    check((1, 2, 112, 112), (2, 1, 3, 3), padding=1, groups=2)
+
+
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=(0, 1)), dict(dilation=2, groups=2)])
+def test_workspace_bytes_is_what_forward_keeps(kw):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((2, 4, 15, 12)).astype(np.float32)
+    w = rng.standard_normal((6, 4 // kw.get("groups", 1), 3, 3)).astype(np.float32)
+    p = ConvParams.from_arrays(x, w, **kw)
+    DIRECT.release()
+    convalgos.conv2d(x, w, **kw, algo="direct", out=np.empty(p.out_shape, np.float32))
+    assert DIRECT.workspace.nbytes == DIRECT.workspace_bytes(p) > 0
+    DIRECT.release()
+
+
+def test_phase_plane_sizes():
+    p = ConvParams.from_shapes((1, 1, 112, 112), (1, 1, 3, 3), stride=2, padding=1)
+    assert p.out_hw == (56, 56) and phase_plane(p) == (58, 57)
+
+
+def test_flops_are_the_direct_count():
+    p = ConvParams.from_shapes((2, 6, 9, 9), (4, 3, 3, 3), groups=2, padding=1)
+    assert DIRECT.flops(p) == p.flops == 2 * 2 * 4 * 3 * 3 * 3 * 9 * 9
