@@ -35,7 +35,10 @@ planar spectrum 2*F*K*Csg reals and interleaved spectrum F*K*Csg complex; the ga
 their spectrum F*Cs*P complex; the product spectrum F*K*P complex; the inverse Th*Tw*K*P reals. scipy allocates
 the tile spectrum and the inverse (it has no ``out=``); the rest are buffers reused between calls.
 
-Constraints: any stride, dilation, padding and groups; refused when the workspace exceeds MAX_WORKSPACE.
+Batch: processed in equal chunks (a divisor of N) whose workspace fits CHUNK_WORKSPACE, against one kernel
+spectrum; ``workspace_bytes`` is that of one chunk.
+
+Constraints: any stride, dilation, padding and groups; refused when one image's workspace exceeds MAX_WORKSPACE.
 
 numpy.fft or scipy.fft: scipy.fft, measured. Both transform float32 as complex64, but on the (T, T, Cs, P)
 layout with leading-axis transforms scipy was 1.7-7x faster than numpy 2.4 even with numpy's ``out=`` (numpy's
@@ -55,8 +58,10 @@ from numba import njit, prange
 from .params import ConvParams
 from .registry import SUPPORTED, Algorithm, register, unsupported
 
-#: the largest workspace (bytes) a layer may need; larger layers are refused.
+#: the largest workspace (bytes) a layer may need for one image; larger layers are refused.
 MAX_WORKSPACE = 1 << 30
+#: the batch is processed in chunks of images whose workspace fits this (the kernel spectrum is made once).
+CHUNK_WORKSPACE = 256 << 20
 
 
 def next_fast_len(n: int) -> int:
@@ -225,22 +230,36 @@ class FFT(Algorithm):
     def plan(self, p: ConvParams) -> TilePlan:
         return whole_image_plan(p)
 
+    def batch_chunk(self, p: ConvParams) -> int:
+        """Images per chunk: the largest divisor of N whose workspace fits CHUNK_WORKSPACE (else 1)."""
+        t = self.plan(p)
+        fits = [n for n in range(1, p.N + 1)
+                if p.N % n == 0 and plan_workspace_bytes(p.with_batch(n), t) <= CHUNK_WORKSPACE]
+        return max(fits, default=1)
+
     def supports(self, p: ConvParams):
         need = self.workspace_bytes(p)
         if need > MAX_WORKSPACE:
             t = self.plan(p)
-            return unsupported(f"{self.name} needs {need / 2**20:.0f} MiB of workspace (FFT tiles {t.Th}x{t.Tw}, "
-                               f"{p.N * t.nth * t.ntw} of them), over the {MAX_WORKSPACE / 2**20:.0f} MiB limit")
+            return unsupported(f"{self.name} needs {need / 2**20:.0f} MiB of workspace for one image (FFT tiles "
+                               f"{t.Th}x{t.Tw}, {t.nth * t.ntw} per image), over the {MAX_WORKSPACE / 2**20:.0f} "
+                               f"MiB limit")
         return SUPPORTED
 
     def workspace_bytes(self, p: ConvParams) -> int:
-        return plan_workspace_bytes(p, self.plan(p))
+        return plan_workspace_bytes(p.with_batch(self.batch_chunk(p)), self.plan(p))
 
     def flops(self, p: ConvParams) -> int:
         return plan_flops(p, self.plan(p))
 
     def forward(self, x, w, p, out):
-        t = self.plan(p)
+        t, chunk = self.plan(p), self.batch_chunk(p)
+        kernel = kernel_spectrum(w, p, t, self.workspace)
+        for n in range(0, p.N, chunk):
+            self.forward_chunk(x[n:n + chunk], kernel, p.with_batch(chunk), t, out[n:n + chunk])
+
+    def forward_chunk(self, x, kernel, p, t, out):
+        """Convolve the images of x (a chunk of the batch) with the kernel spectrum into out."""
         real, cplx = np.dtype(p.compute_dtype), np.result_type(p.compute_dtype, np.complex64)
         Cs, P = p.C * t.sh * t.sw, p.N * t.nth * t.ntw
         (top, _), (left, _) = p.padding
@@ -248,7 +267,7 @@ class FFT(Algorithm):
         gather_tiles(x, top, left, t.sh, t.sw, t.mh, t.mw, t.nth, t.ntw, tiles)
         spectrum = scipy.fft.rfftn(tiles, axes=(0, 1), workers=-1).reshape(t.freqs, p.groups, -1, P)
         product = self.workspace.get("fft.product", (t.freqs, p.groups, p.Kg, P), cplx)
-        np.matmul(kernel_spectrum(w, p, t, self.workspace), spectrum, out=product)
+        np.matmul(kernel, spectrum, out=product)
         out_tiles = scipy.fft.irfftn(product.reshape(t.Th, -1, p.K, P), s=(t.Th, t.Tw), axes=(0, 1), workers=-1)
         scatter_tiles(out_tiles, t.Rq - 1, t.Sq - 1, t.mh, t.mw, t.nth, t.ntw, out)
 

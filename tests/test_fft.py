@@ -6,7 +6,7 @@ import pytest
 import scipy.fft
 
 import convalgos
-from convalgos import ALGORITHMS, ConvParams, reference
+from convalgos import ALGORITHMS, ConvParams, fft, reference
 from convalgos.fft import MAX_WORKSPACE, next_fast_len, phase_extent, plan_flops, whole_image_plan
 from convalgos.fft_tiled import TILE_SIZES, cheapest_tile_plan, tile_plan
 from convalgos.reference import normwise_error
@@ -98,8 +98,19 @@ def test_float64_is_exact_to_rounding():
         assert normwise_error(y, reference.conv2d(x, w, padding=2, stride=(2, 1))) < 1e-13
 
 
+def test_large_batches_run_in_chunks_against_one_kernel_spectrum(monkeypatch):
+    big = ConvParams.from_shapes((64, 3, 256, 256), (64, 3, 3, 3), padding=1)
+    assert FFT.supports(big) and FFT.batch_chunk(big) < 64 and FFT.workspace_bytes(big) <= fft.CHUNK_WORKSPACE
+    x, w = arrays((6, 4, 20, 17), (5, 4, 3, 3))
+    whole = convalgos.conv2d(x, w, padding=1, algo="fft")
+    monkeypatch.setattr(fft, "CHUNK_WORKSPACE", FFT.workspace_bytes(ConvParams.from_arrays(x[:2], w, padding=1)))
+    assert FFT.batch_chunk(ConvParams.from_arrays(x, w, padding=1)) == 2
+    chunked = convalgos.conv2d(x, w, padding=1, algo="fft")
+    np.testing.assert_allclose(chunked, whole, rtol=0, atol=1e-5 * np.abs(whole).max())
+
+
 def test_refusals_give_reasons():
-    huge = ConvParams.from_shapes((64, 64, 256, 256), (64, 64, 3, 3), padding=1)
+    huge = ConvParams.from_shapes((1, 64, 1024, 1024), (64, 64, 3, 3), padding=1)
     assert FFT.workspace_bytes(huge) > MAX_WORKSPACE
     assert not FFT.supports(huge) and "MiB of workspace" in FFT.supports(huge).reason
     wide = ConvParams.from_shapes((1, 1, 80, 80), (1, 1, 65, 3))
