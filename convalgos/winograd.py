@@ -106,17 +106,17 @@ def _filter_transform(w, G, block, n_threads, U):
         for item in range(start, stop):
             f0 = item * block
             nf = min(block, n_filters - f0)
-            src = w[f0:f0 + nf]
             for i in range(r):
                 for j in range(r):
+                    dst, tap = D[i, j], w[f0:f0 + nf, i, j]           # tap (i, j) of every filter
                     for f in range(nf):
-                        D[i, j, f] = src[f, i, j]
+                        dst[f] = tap[f]
             _sandwich(G, D, T, Y, nf)
             for i in range(alpha):
                 for j in range(alpha):
-                    dst = U[i, j, f0:f0 + nf]
+                    dst, src = U[i, j, f0:f0 + nf], Y[i, j]
                     for f in range(nf):
-                        dst[f] = Y[i, j, f]
+                        dst[f] = src[f]
 
 
 @njit(parallel=True, cache=True)
@@ -173,9 +173,9 @@ def _input_transform(xpad, BT, m, q0, tiles_w, rows_per_block, n_threads, V):
             p0 = first_row * tiles_w
             for i in range(alpha):
                 for j in range(alpha):
-                    dst = V[i, j, c, p0:p0 + P]
+                    dst, src = V[i, j, c, p0:p0 + P], Y[i, j]
                     for p in range(P):
-                        dst[p] = Y[i, j, p]
+                        dst[p] = src[p]
 
 
 @njit(parallel=True, cache=True)
@@ -200,9 +200,9 @@ def _output_transform(M, AT, q0, tiles_w, rows_per_block, n_threads, out):
             P, p0 = rows * tiles_w, first_row * tiles_w
             for i in range(alpha):
                 for j in range(alpha):
-                    src = M[i, j, k, p0:p0 + P]
+                    dst, src = D[i, j], M[i, j, k, p0:p0 + P]
                     for p in range(P):
-                        D[i, j, p] = src[p]
+                        dst[p] = src[p]
             _sandwich(AT, D, T, Y, P)
             for q in range(rows):
                 n, ty = (q0 + first_row + q) // tiles_h, (q0 + first_row + q) % tiles_h
