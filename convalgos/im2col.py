@@ -74,19 +74,24 @@ def _fill_patches(x, n0, R, S, sh, sw, top, left, dh, dw, Ho, Wo, patches):
         dst = patches[b, row]
         src_image = x[n0 + b, c]
         for i in range(Ho):
-            line = dst[i * Wo:(i + 1) * Wo]
             ih = i * sh + r * dh - top
+            start = i * Wo
             if ih < 0 or ih >= H:
-                line[:] = 0.0
+                for j in range(Wo):
+                    dst[start + j] = 0.0
                 continue
-            line[:j0] = 0.0
-            line[j1:] = 0.0
-            first = j0 * sw + s * dw - left
+            for j in range(j0):
+                dst[start + j] = 0.0
+            src = src_image[ih]
+            first = s * dw - left
             if sw == 1:
-                line[j0:j1] = src_image[ih, first:first + j1 - j0]
+                for j in range(j0, j1):
+                    dst[start + j] = src[j + first]
             else:
                 for j in range(j0, j1):
-                    line[j] = src_image[ih, first + (j - j0) * sw]
+                    dst[start + j] = src[j * sw + first]
+            for j in range(j1, Wo):
+                dst[start + j] = 0.0
 
 
 class Im2col(Algorithm):
