@@ -15,8 +15,8 @@ All (n, g) products of a chunk are one ``np.matmul`` call over stacked operands 
 broadcast against patches (nb, groups, Cg*R*S, Ho*Wo), output (nb, groups, Kg, Ho*Wo) a view of ``out``), so
 no Python loop runs over images or groups; NumPy hands each product to OpenBLAS's GEMM.
 
-A 1x1, stride-1, unpadded, undilated layer needs no patch matrix: P is x[n, group g] itself viewed as
-(Cg, H*W), so it is a zero-copy GEMM.
+A 1x1, stride-1, unpadded layer needs no patch matrix (dilation spreads no taps of a 1x1 kernel): P is
+x[n, group g] itself viewed as (Cg, H*W), so it is a zero-copy GEMM.
 
 FLOPs (``flops``): the GEMMs do exactly the direct arithmetic, 2 * N * K * Cg * R * S * Ho * Wo = ``p.flops``
 (padded taps are multiplied by the zeros written for them). Building P is memory traffic, not arithmetic: it
@@ -44,7 +44,7 @@ from .registry import Algorithm, register
 
 
 def is_zero_copy(p: ConvParams) -> bool:
-    """A 1x1, stride-1, unpadded, undilated layer: x itself is the patch matrix."""
+    """A 1x1, stride-1, unpadded layer (any dilation: one tap has nothing to spread): x is the patch matrix."""
     return (p.R, p.S) == (1, 1) and p.stride == (1, 1) and p.padding == ((0, 0), (0, 0))
 
 
