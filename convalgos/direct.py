@@ -61,27 +61,32 @@ def _share(n_items, thread, n_threads):
     return thread * n_items // n_threads, (thread + 1) * n_items // n_threads
 
 
-@njit(parallel=True, cache=True)
-def _split_phases(x, top, left, sh, sw, Hq, Wq, xq):
-    """xq[n, c] = the phases of x[n, c] zero-padded: padded (ph, pw) goes to phase (ph % sh, pw % sw), at row
+@njit(cache=True, inline="always")
+def _split_plane(src, top, left, sh, sw, Hq, Wq, dst):
+    """dst = the phases of the plane src zero-padded: padded (ph, pw) goes to phase (ph % sh, pw % sw), at row
     ph // sh and column pw // sw of that phase's Hq x Wq block; padded positions past sh*Hq or sw*Wq are dropped.
     """
-    N, C, H, W = x.shape
+    H, W = src.shape
+    for b in range(sh):
+        for a in range(Hq):
+            i = a * sh + b - top
+            for p in range(sw):
+                row = dst[((b * sw + p) * Hq + a) * Wq:((b * sw + p) * Hq + a + 1) * Wq]
+                q0, q1 = _col_range(p, left, sw, W, Wq) if 0 <= i < H else (0, 0)
+                for q in range(q0):
+                    row[q] = 0.0
+                if q1 > q0:
+                    _copy_strided(row[q0:q1], src[i, q0 * sw + p - left:], sw)
+                for q in range(q1, Wq):
+                    row[q] = 0.0
+
+
+@njit(parallel=True, cache=True)
+def _split_phases(x, top, left, sh, sw, Hq, Wq, xq):
+    """xq[n, c] = the phases of x[n, c] zero-padded (``_split_plane``); xq: (N, C, sh*sw*Hq*Wq)."""
+    N, C = x.shape[0], x.shape[1]
     for nc in prange(N * C):
-        n, c = nc // C, nc % C
-        plane = xq[n, c]
-        for b in range(sh):
-            for a in range(Hq):
-                i = a * sh + b - top
-                for p in range(sw):
-                    dst = plane[((b * sw + p) * Hq + a) * Wq:((b * sw + p) * Hq + a + 1) * Wq]
-                    q0, q1 = _col_range(p, left, sw, W, Wq) if 0 <= i < H else (0, 0)
-                    for q in range(q0):
-                        dst[q] = 0.0
-                    if q1 > q0:
-                        _copy_strided(dst[q0:q1], x[n, c, i, q0 * sw + p - left:], sw)
-                    for q in range(q1, Wq):
-                        dst[q] = 0.0
+        _split_plane(x[nc // C, nc % C], top, left, sh, sw, Hq, Wq, xq[nc // C, nc % C])
 
 
 @njit(cache=True, inline="always")
@@ -146,6 +151,17 @@ def _accumulate(xq, w, taps, n, k, c0, first, acc):
         _add_tap(acc, xq[n, c0 + taps[0, q], first + taps[1, q]:], w[k, q])
 
 
+@njit(cache=True, inline="always")
+def _row_block(xq, xn, c0, w, taps, n, k, i0, Wq, block, out):
+    """out[n, k, i0:i0 + block.size // Wq] from the phase planes xq[xn, c0:], through the accumulator block."""
+    Wo = out.shape[3]
+    _accumulate(xq, w, taps, xn, k, c0, i0 * Wq, block)
+    for i in range(block.size // Wq):
+        orow, arow = out[n, k, i0 + i], block[i * Wq:]
+        for j in range(Wo):
+            orow[j] = arow[j]
+
+
 @njit(parallel=True, cache=True)
 def _direct(xq, w, taps, rows, acc, out):
     """out = the convolution; one item is a block of ``rows`` output rows of one plane (n, k).
@@ -153,7 +169,7 @@ def _direct(xq, w, taps, rows, acc, out):
     Each thread owns acc[thread] (rows * Wq elements: output (i, j) is element (i - i0)*Wq + j) and takes an
     equal share of the items."""
     N, C = xq.shape[0], xq.shape[1]
-    K, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
+    K, Ho = out.shape[1], out.shape[2]
     Cg = taps[0, -1] + 1
     Kg = K // (C // Cg)
     Wq = acc.shape[1] // rows
@@ -163,13 +179,27 @@ def _direct(xq, w, taps, rows, acc, out):
         start, stop = _share(N * K * n_blocks, thread, n_threads)
         for item in range(start, stop):
             n, k, i0 = item // (K * n_blocks), (item // n_blocks) % K, (item % n_blocks) * rows
-            n_rows = min(rows, Ho - i0)
-            block = acc[thread, :n_rows * Wq]
-            _accumulate(xq, w, taps, n, k, (k // Kg) * Cg, i0 * Wq, block)
-            for i in range(n_rows):
-                orow, arow = out[n, k, i0 + i], block[i * Wq:]
-                for j in range(Wo):
-                    orow[j] = arow[j]
+            block = acc[thread, :min(rows, Ho - i0) * Wq]
+            _row_block(xq, n, (k // Kg) * Cg, w, taps, n, k, i0, Wq, block, out)
+
+
+@njit(parallel=True, cache=True)
+def _depthwise(x, w, taps, top, left, sh, sw, Hq, rows, planes, acc, out):
+    """out = the depthwise (Cg = 1) convolution; one item is a plane (n, k), split into the thread's own
+    phase buffer planes[thread] (1, 1, sh*sw*Hq*Wq) just before its rows are computed, so it is read hot."""
+    N, C = x.shape[0], x.shape[1]
+    K, Ho = out.shape[1], out.shape[2]
+    Wq = acc.shape[1] // rows
+    n_threads = acc.shape[0]
+    for thread in prange(n_threads):
+        start, stop = _share(N * K, thread, n_threads)
+        xq = planes[thread]
+        for item in range(start, stop):
+            n, k = item // K, item % K
+            _split_plane(x[n, k // (K // C)], top, left, sh, sw, Hq, Wq, xq[0, 0])
+            for i0 in range(0, Ho, rows):
+                block = acc[thread, :min(rows, Ho - i0) * Wq]
+                _row_block(xq, 0, 0, w, taps, n, k, i0, Wq, block, out)
 
 
 class Direct(Algorithm):
@@ -181,22 +211,27 @@ class Direct(Algorithm):
     tolerance = {"float16": 2e-3, "float32": 5e-6, "float64": 1e-12}
 
     def workspace_bytes(self, p: ConvParams) -> int:
-        (sh, sw), (Hq, Wq) = p.stride, phase_plane(p)
-        planes = (p.N * p.C * sh * sw * Hq * Wq + get_num_threads() * rows_per_item(p) * Wq) * p.itemsize
-        return planes + 2 * p.Cg * p.R * p.S * 8
+        (sh, sw), (Hq, Wq), threads = p.stride, phase_plane(p), get_num_threads()
+        planes = threads if p.Cg == 1 else p.N * p.C           # depthwise: one phase buffer per thread
+        elements = planes * sh * sw * Hq * Wq + threads * rows_per_item(p) * Wq
+        return elements * p.itemsize + 2 * p.Cg * p.R * p.S * 8
 
     def flops(self, p: ConvParams) -> int:
         return p.flops
 
     def forward(self, x, w, p: ConvParams, out) -> None:
         (sh, sw), (dh, dw), ((top, _), (left, _)) = p.stride, p.dilation, p.padding
-        (Hq, Wq), rows = phase_plane(p), rows_per_item(p)
-        xq = self.workspace.get("direct.phases", (p.N, p.C, sh * sw * Hq * Wq), x.dtype)
-        acc = self.workspace.get("direct.acc", (get_num_threads(), rows * Wq), x.dtype)
+        (Hq, Wq), rows, threads = phase_plane(p), rows_per_item(p), get_num_threads()
+        acc = self.workspace.get("direct.acc", (threads, rows * Wq), x.dtype)
         taps = self.workspace.get("direct.taps", (2, p.Cg * p.R * p.S), np.int64)
         _tap_table(p.R, p.S, sh, sw, dh, dw, Hq, Wq, taps)
-        _split_phases(x, top, left, sh, sw, Hq, Wq, xq)
-        _direct(xq, w.reshape(p.K, -1), taps, rows, acc, out)
+        if p.Cg == 1:
+            planes = self.workspace.get("direct.plane", (threads, 1, 1, sh * sw * Hq * Wq), x.dtype)
+            _depthwise(x, w.reshape(p.K, -1), taps, top, left, sh, sw, Hq, rows, planes, acc, out)
+        else:
+            xq = self.workspace.get("direct.phases", (p.N, p.C, sh * sw * Hq * Wq), x.dtype)
+            _split_phases(x, top, left, sh, sw, Hq, Wq, xq)
+            _direct(xq, w.reshape(p.K, -1), taps, rows, acc, out)
 
 
 register(Direct())

@@ -52,11 +52,12 @@ def test_long_planes_span_several_items():
     check((1, 2, 112, 112), (2, 1, 3, 3), padding=1, groups=2)
 
 
-@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=(0, 1)), dict(dilation=2, groups=2)])
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=(0, 1)), dict(dilation=2, groups=2),
+                                dict(stride=2, padding=1, groups=4)])   # the last is depthwise
 def test_workspace_bytes_is_what_forward_keeps(kw):
     rng = np.random.default_rng(3)
     x = rng.standard_normal((2, 4, 15, 12)).astype(np.float32)
-    w = rng.standard_normal((6, 4 // kw.get("groups", 1), 3, 3)).astype(np.float32)
+    w = rng.standard_normal((8, 4 // kw.get("groups", 1), 3, 3)).astype(np.float32)
     p = ConvParams.from_arrays(x, w, **kw)
     DIRECT.release()
     convalgos.conv2d(x, w, **kw, algo="direct", out=np.empty(p.out_shape, np.float32))
