@@ -1,0 +1,71 @@
+"""Heuristic ranking of algorithms, from rules kept as data (``heuristics.json``).
+
+The rules are written by ``python -m bench.heuristics``, which times every algorithm on a few layers of each
+layer class and records, per class, the algorithms from fastest to slowest. A rule is::
+
+    {"name": "3x3 stride 1, wide", "when": {"kernel": [3, 3], "stride": [1, 1], "min_channels": 64},
+     "order": ["winograd_4x4", "im2col", ...]}
+
+``when`` compares features of the layer (``features`` below): ``feature: value`` must be equal,
+``min_feature`` / ``max_feature`` bound it (inclusive). The first rule whose ``when`` holds fires; an empty
+``when`` always holds (the default rule, kept last). Algorithms the rule does not name rank after the named
+ones, in the order given.
+"""
+from __future__ import annotations
+
+import json
+import os
+import warnings
+
+from convalgos import ConvParams
+
+DEFAULT_PATH = os.path.join(os.path.dirname(__file__), "heuristics.json")
+
+
+def features(p: ConvParams) -> dict:
+    """The layer as the quantities rules may test."""
+    Ho, Wo = p.out_hw
+    return {"kernel": [p.R, p.S], "stride": list(p.stride), "dilation": list(p.dilation),
+            "depthwise": p.is_depthwise, "grouped": p.groups > 1, "channels": min(p.Cg, p.Kg),
+            "kernel_size": max(p.R, p.S), "stride_size": max(p.stride), "dilation_size": max(p.dilation),
+            "pixels": Ho * Wo, "batch": p.N}
+
+
+def matches(when: dict, f: dict) -> bool:
+    for name, value in when.items():
+        if name.startswith("min_"):
+            ok = f[name[4:]] >= value
+        elif name.startswith("max_"):
+            ok = f[name[4:]] <= value
+        else:
+            ok = f[name] == value
+        if not ok:
+            return False
+    return True
+
+
+class Heuristics:
+    """Ranks algorithm names for a layer; ``rank`` also says which rule fired."""
+
+    def __init__(self, data: dict):
+        self.data = data
+        self.rules = list(data["rules"])
+
+    @classmethod
+    def from_file(cls, path: str = DEFAULT_PATH) -> "Heuristics":
+        """The rules in ``path``; none (registration order), with a warning, if it cannot be read."""
+        try:
+            with open(path) as f:
+                return cls(json.load(f))
+        except (OSError, ValueError, KeyError, TypeError) as e:
+            warnings.warn(f"heuristics {path} not used ({e}); ranking in registration order")
+            return cls({"rules": []})
+
+    def rank(self, p: ConvParams, names) -> tuple[list, str]:
+        """``names`` ordered best first by the first matching rule, and that rule's name."""
+        names, f = list(names), features(p)
+        for rule in self.rules:
+            if matches(rule.get("when", {}), f):
+                order = {name: i for i, name in enumerate(rule["order"])}
+                return sorted(names, key=lambda n: (order.get(n, len(order)), names.index(n))), rule["name"]
+        return names, "registration order"

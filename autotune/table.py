@@ -1,0 +1,131 @@
+"""The dispatch table: keys, entries (what was measured and chosen), and the readable report."""
+from __future__ import annotations
+
+from collections import namedtuple
+from dataclasses import asdict, dataclass, field
+
+from convalgos import ConvParams
+
+CacheInfo = namedtuple("CacheInfo", "hits misses entries tuning_seconds")
+
+MiB = float(1 << 20)
+
+
+@dataclass(frozen=True)
+class Key:
+    """Everything that changes the best algorithm: the layer (dtype included), the input's memory layout,
+    the device, the deterministic flag and the thread count in use."""
+
+    params: ConvParams
+    layout: str = "contiguous"
+    device: str = "cpu"
+    deterministic: bool = False
+    threads: int = 1
+
+    def to_dict(self) -> dict:
+        return {"params": asdict(self.params), "layout": self.layout, "device": self.device,
+                "deterministic": self.deterministic, "threads": self.threads}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Key":
+        q = dict(d["params"])
+        for name in ("stride", "dilation"):
+            q[name] = tuple(int(v) for v in q[name])
+        q["padding"] = tuple(tuple(int(v) for v in pair) for pair in q["padding"])
+        return cls(ConvParams(**q), str(d["layout"]), str(d["device"]), bool(d["deterministic"]),
+                   int(d["threads"]))
+
+    def __str__(self) -> str:
+        det = " deterministic" if self.deterministic else ""
+        return f"{self.params} | {self.layout} {self.device} threads={self.threads}{det}"
+
+
+@dataclass
+class Entry:
+    """One key's decision and the evidence for it.
+
+    ``source``: "benchmark" or "heuristic" (then ``rule`` names the heuristic rule that fired).
+    ``times``: name -> median seconds of the timed runs; ``runs``: how many; ``warmup``: the first (untimed)
+    run, JIT compilation included; ``errors``: normwise error against the float64 reference;
+    ``workspace``: bytes each candidate needs; ``skipped``: name -> why it was not timed or not eligible;
+    ``abandoned``: name -> why its timing stopped early.
+    """
+
+    key: Key
+    algo: str
+    source: str
+    rule: str = ""
+    times: dict = field(default_factory=dict)
+    runs: dict = field(default_factory=dict)
+    warmup: dict = field(default_factory=dict)
+    errors: dict = field(default_factory=dict)
+    workspace: dict = field(default_factory=dict)
+    skipped: dict = field(default_factory=dict)
+    abandoned: dict = field(default_factory=dict)
+    tuning_seconds: float = 0.0
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["key"] = self.key.to_dict()
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "Entry":
+        d = dict(d)
+        d["key"] = Key.from_dict(d["key"])
+        return cls(**d)
+
+    def speedup_over(self, name: str):
+        """How many times faster the chosen algorithm ran than ``name`` (None unless both were timed)."""
+        if name == self.algo or name not in self.times or self.algo not in self.times:
+            return None
+        return self.times[name] / self.times[self.algo]
+
+    def report(self) -> str:
+        lines = [str(self.key)]
+        if self.source == "heuristic":
+            lines.append(f"  heuristic rule {self.rule!r}: {self.algo}")
+        else:
+            gains = [f"{s:.2f}x over {n}" for n in ("direct", "im2col") if (s := self.speedup_over(n))]
+            lines.append(f"  benchmark: {self.algo}" + (f" ({', '.join(gains)})" if gains else "")
+                         + f"; tuned in {self.tuning_seconds:.3f} s, ranked by rule {self.rule!r}")
+            lines.append(f"    {'algorithm':<15}{'median ms':>11}{'runs':>6}{'first call ms':>15}"
+                         f"{'error':>10}{'workspace MiB':>15}")
+            for name in self.times:
+                mark = " *" if name == self.algo else ""
+                lines.append(f"    {name + mark:<15}{self.times[name] * 1e3:>11.3f}{self.runs.get(name, 0):>6}"
+                             f"{self.warmup.get(name, 0) * 1e3:>15.1f}{self.errors.get(name, float('nan')):>10.1e}"
+                             f"{self.workspace.get(name, 0) / MiB:>15.1f}")
+            for name, why in self.abandoned.items():
+                lines.append(f"    {name}: abandoned, {why}")
+        for name, why in self.skipped.items():
+            lines.append(f"    {name}: skipped, {why}")
+        return "\n".join(lines)
+
+
+class DispatchTable:
+    """A snapshot of a Tuner's entries: iterable, indexable by Key, and printable as the report."""
+
+    def __init__(self, entries: list, info: CacheInfo, notes: list):
+        self.entries, self.info, self.notes = list(entries), info, list(notes)
+
+    def __iter__(self):
+        return iter(self.entries)
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def __getitem__(self, key: Key) -> Entry:
+        for entry in self.entries:
+            if entry.key == key:
+                return entry
+        raise KeyError(key)
+
+    def to_dict(self) -> dict:
+        return {"entries": [e.to_dict() for e in self.entries], "info": self.info._asdict(), "notes": self.notes}
+
+    def __str__(self) -> str:
+        i = self.info
+        head = (f"dispatch table: {i.entries} entries; {i.hits} hits, {i.misses} misses, "
+                f"{i.tuning_seconds:.3f} s tuning")
+        return "\n\n".join([head + "".join(f"\n  {n}" for n in self.notes)] + [e.report() for e in self.entries])

@@ -1,0 +1,102 @@
+"""Re-measure the heuristic rules and write ``autotune/heuristics.json``.
+
+    python -m bench.heuristics [--quick] [--out PATH]
+
+For each layer class (most specific first) it times every algorithm on the class's representative layers
+(interleaved rounds, medians), scores each algorithm by the geometric mean over those layers of its time
+divided by the layer's best time (layers it does not support are left out of its mean), and writes the
+class's rule: the algorithms from best score to worst. A last rule with no condition, ranked over every
+representative layer, is the default. ``autotune.heuristics`` reads the rules: first match wins.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+
+import numpy as np
+
+import convalgos
+from autotune.cache import fingerprint
+from autotune.heuristics import DEFAULT_PATH
+from bench.common import interleaved_medians
+from bench.layers import layer
+
+THREE = {"kernel": [3, 3], "stride": [1, 1], "dilation": [1, 1]}
+
+#: (rule name, condition, representative layers): first matching class wins, so specific classes come first.
+CLASSES = [
+    ("depthwise", {"depthwise": True},
+     [layer(1, 32, 112, 32, 3, groups=32), layer(1, 128, 56, 128, 3, groups=128),
+      layer(1, 512, 14, 512, 3, groups=512), layer(1, 64, 112, 64, 3, stride=2, groups=64)]),
+    ("pointwise 1x1", {"kernel": [1, 1]},
+     [layer(1, 32, 112, 64, 1), layer(1, 128, 56, 128, 1), layer(1, 512, 14, 512, 1)]),
+    ("3x3 stride 1, wide", dict(THREE, min_channels=64),
+     [layer(1, 64, 56, 64, 3), layer(1, 128, 28, 128, 3), layer(1, 256, 14, 256, 3), layer(1, 512, 7, 512, 3)]),
+    ("3x3 stride 1, narrow", dict(THREE, max_channels=63),
+     [layer(1, 3, 112, 64, 3), layer(32, 16, 32, 16, 3), layer(32, 32, 16, 32, 3)]),
+    ("large kernel, stride 1", {"min_kernel_size": 5, "stride": [1, 1]},
+     [layer(1, 64, 28, 64, 5), layer(1, 64, 28, 64, 7), layer(1, 32, 28, 32, 11)]),
+    ("strided", {"min_stride_size": 2},
+     [layer(1, 64, 56, 128, 3, stride=2), layer(1, 3, 112, 64, 7, stride=2, padding=3),
+      layer(32, 16, 32, 32, 3, stride=2)]),
+    ("dilated", {"min_dilation_size": 2},
+     [layer(1, 64, 28, 64, 3, dilation=2), layer(1, 128, 14, 128, 3, dilation=2)]),
+]
+
+
+def layer_times(p, rounds: int) -> dict:
+    """Median seconds of every algorithm that supports layer p."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((p.N, p.C, p.H, p.W)).astype(p.dtype)
+    w = rng.standard_normal((p.K, p.Cg, p.R, p.S)).astype(p.dtype)
+    out = np.empty(p.out_shape, p.dtype)
+    fns = {name: (lambda a=a: convalgos.conv.run(a, x, w, None, p, out))
+           for name, a in convalgos.ALGORITHMS.items() if a.supports(p)}
+    return interleaved_medians(fns, rounds=rounds)
+
+
+def ranking(times_per_layer: list) -> list:
+    """Algorithm names by the geometric mean of time / best time over the layers each supports."""
+    ratios: dict = {}
+    for times in times_per_layer:
+        best = min(times.values())
+        for name, t in times.items():
+            ratios.setdefault(name, []).append(t / best)
+    score = {name: float(np.exp(np.mean(np.log(r)))) for name, r in ratios.items()}
+    return sorted(score, key=lambda n: (score[n], n)), score
+
+
+def rule(name: str, when: dict, times_per_layer: list) -> dict:
+    order, score = ranking(times_per_layer)
+    return {"name": name, "when": when, "order": order, "score": {n: round(score[n], 3) for n in order}}
+
+
+def measure(rounds: int, quick: bool) -> dict:
+    rules, every_layer = [], []
+    for name, when, layers in CLASSES:
+        times = [layer_times(p, rounds) for p in (layers[:1] if quick else layers)]
+        every_layer += times
+        rules.append(rule(name, when, times))
+        print(f"{name:<24} {' > '.join(rules[-1]['order'])}")
+    rules.append(rule("default", {}, every_layer))
+    return {"schema": 1, "produced_by": "python -m bench.heuristics" + (" --quick" if quick else ""),
+            "measured": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "machine": fingerprint(), "convalgos": convalgos.__version__,
+            "score": "geometric mean of time / best time over the class's layers", "rules": rules}
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="one layer per class, 3 rounds")
+    ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--out", default=DEFAULT_PATH)
+    args = ap.parse_args(argv)
+    data = measure(3 if args.quick else args.rounds, args.quick)
+    with open(args.out, "w") as f:
+        json.dump(data, f, indent=1)
+    print(f"wrote {args.out}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,70 @@
+"""Fake algorithms and a fake clock for the autotune tests: selection is exact, whatever algorithms exist.
+
+Each fake computes the real convolution (the float64 reference, or a deliberately wrong variant) and
+advances the shared fake clock by its declared cost, so the Tuner's timer measures exactly that cost.
+"""
+from __future__ import annotations
+
+import threading
+import time
+
+from convalgos import Algorithm, reference
+from convalgos.registry import SUPPORTED, unsupported
+
+from autotune.tuner import Timer
+
+
+class FakeClock:
+    def __init__(self):
+        self.now, self._lock = 0.0, threading.Lock()
+
+    def __call__(self) -> float:
+        return self.now
+
+    def advance(self, seconds: float) -> None:
+        with self._lock:
+            self.now += seconds
+
+
+class Fake(Algorithm):
+    """Costs ``cost`` seconds of fake time per call (a list: one cost per call, the last repeating)."""
+
+    def __init__(self, name, clock, cost, *, deterministic=True, workspace=0, wrong=None, only_3x3=False,
+                 sleep=0.0):
+        super().__init__()
+        self.name, self.clock, self.costs = name, clock, list(cost) if isinstance(cost, (list, tuple)) else [cost]
+        self.deterministic, self.ws, self.wrong, self.only_3x3, self.sleep = (deterministic, workspace, wrong,
+                                                                              only_3x3, sleep)
+        self.calls = 0
+
+    def supports(self, p):
+        if self.only_3x3 and (p.R, p.S) != (3, 3):
+            return unsupported(f"{self.name} needs a 3x3 kernel, got {p.R}x{p.S}")
+        return SUPPORTED
+
+    def workspace_bytes(self, p):
+        return self.ws
+
+    def forward(self, x, w, p, out):
+        out[...] = reference.forward(x, w, p)
+        if self.wrong == "everywhere":
+            out *= 1.01
+        elif self.wrong == "last_row":
+            out[:, :, -1, :] += 1.0
+        self.clock.advance(self.costs[min(self.calls, len(self.costs) - 1)])
+        self.calls += 1
+        if self.sleep:
+            time.sleep(self.sleep)
+
+
+def fakes(clock, **specs) -> dict:
+    """name=cost or name=(cost, options) -> an ordered mapping name -> Fake."""
+    out = {}
+    for name, spec in specs.items():
+        cost, options = spec if isinstance(spec, tuple) and isinstance(spec[-1], dict) else (spec, {})
+        out[name] = Fake(name, clock, cost, **options)
+    return out
+
+
+def fake_timer(clock) -> Timer:
+    return Timer(clock)

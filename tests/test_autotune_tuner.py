@@ -1,0 +1,234 @@
+"""autotune.Tuner selection, flags and table, with fake algorithms and a fake clock (no timing asserted)."""
+import threading
+
+import numpy as np
+import pytest
+
+import autotune
+from autotune import Tuner
+from autotune.heuristics import Heuristics
+from autotune_fakes import FakeClock, fake_timer, fakes
+from convalgos import reference
+
+NO_RULES = Heuristics({"rules": []})
+
+
+def arrays(N=2, C=3, H=7, K=4, R=3, seed=0):
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((N, C, H, H)).astype(np.float32),
+            rng.standard_normal((K, C, R, R)).astype(np.float32))
+
+
+def tuner(clock, algos, **kw):
+    return Tuner(algos, benchmark=True, timer=fake_timer(clock), heuristics=kw.pop("heuristics", NO_RULES), **kw)
+
+
+def test_choice_is_the_fastest_and_output_is_right():
+    clock = FakeClock()
+    algos = fakes(clock, a=3e-3, b=1e-3, c=2e-3)
+    t = tuner(clock, algos)
+    x, w = arrays()
+    y = t.conv2d(x, w, padding=1)
+    np.testing.assert_allclose(y, reference.conv2d(x, w, padding=1), rtol=1e-5, atol=1e-5)
+    (entry,) = t.dispatch_table()
+    assert entry.algo == "b" and entry.source == "benchmark"
+    assert entry.times == pytest.approx({"a": 3e-3, "b": 1e-3, "c": 2e-3})
+    assert set(entry.errors) == {"a", "b", "c"} and entry.tuning_seconds > 0
+    assert str(entry.key.params) in str(t.dispatch_table())
+
+
+def test_warmup_is_not_counted_and_reported_apart():
+    clock = FakeClock()
+    algos = fakes(clock, a=[5.0, 1e-3], b=2e-3)      # a's first call costs 5 s (a JIT compile)
+    t = tuner(clock, algos)
+    t.conv2d(*arrays())
+    (entry,) = t.dispatch_table()
+    assert entry.algo == "a" and entry.warmup["a"] == pytest.approx(5.0) and entry.times["a"] == pytest.approx(1e-3)
+
+
+def test_ties_broken_by_determinism_then_workspace_then_error_then_name():
+    clock = FakeClock()
+    x, w = arrays()
+    cases = [
+        (dict(a=(1e-3, {"deterministic": False}), b=1e-3), "b"),
+        (dict(a=(1e-3, {"workspace": 100}), b=(1e-3, {"workspace": 10})), "b"),
+        (dict(b=1e-3, a=1e-3), "a"),
+        (dict(a=1e-3, b=1.005e-3), "a"),                     # within the 1% tie tolerance: name decides
+        (dict(b=1e-3, a=1.005e-3), "a"),
+        (dict(b=1e-3, a=1.05e-3), "b"),                      # 5% apart: not a tie
+    ]
+    for specs, expected in cases:
+        t = tuner(clock, fakes(clock, **specs))
+        t.conv2d(x, w)
+        assert [e.algo for e in t.dispatch_table()] == [expected], specs
+
+
+def test_second_call_is_a_hit_and_times_nothing_new_shape_is_a_miss():
+    clock = FakeClock()
+    algos = fakes(clock, a=1e-3, b=2e-3)
+    t = tuner(clock, algos)
+    x, w = arrays()
+    t.conv2d(x, w)
+    calls = {n: a.calls for n, a in algos.items()}
+    spent = t.cache_info().tuning_seconds
+    t.conv2d(x, w)
+    assert algos["a"].calls == calls["a"] + 1 and algos["b"].calls == calls["b"]
+    assert t.cache_info() == (1, 1, 1, spent)
+    t.conv2d(*arrays(H=9))
+    info = t.cache_info()
+    assert (info.hits, info.misses, info.entries) == (1, 2, 2) and info.tuning_seconds > spent
+    t.clear()
+    assert t.cache_info() == (0, 0, 0, 0.0)
+
+
+def test_key_holds_layout_dtype_deterministic_flag():
+    clock = FakeClock()
+    t = tuner(clock, fakes(clock, a=1e-3))
+    x, w = arrays()
+    t.conv2d(x, w)
+    t.conv2d(np.asfortranarray(x), w)
+    t.conv2d(x.astype(np.float64), w.astype(np.float64))
+    with t.flags(deterministic=True):
+        t.conv2d(x, w)
+    keys = [e.key for e in t.dispatch_table()]
+    assert len(set(keys)) == 4 and {k.layout for k in keys} == {"contiguous", "strided"}
+
+
+def test_benchmark_limit_times_only_the_best_ranked():
+    clock = FakeClock()
+    algos = fakes(clock, a=1e-3, b=2e-3, c=3e-3)
+    rules = Heuristics({"rules": [{"name": "mine", "when": {}, "order": ["c", "b", "a"]}]})
+    t = tuner(clock, algos, heuristics=rules, benchmark_limit=2)
+    t.conv2d(*arrays())
+    (entry,) = t.dispatch_table()
+    assert entry.algo == "b" and set(entry.times) == {"c", "b"} and algos["a"].calls == 0
+    assert "benchmark_limit=2" in entry.skipped["a"] and entry.rule == "mine"
+
+
+def test_workspace_limit_never_runs_the_big_one():
+    clock = FakeClock()
+    algos = fakes(clock, big=(1e-4, {"workspace": 8 << 20}), small=(1e-3, {"workspace": 1 << 20}))
+    t = tuner(clock, algos, workspace_limit=2 << 20)
+    t.conv2d(*arrays())
+    (entry,) = t.dispatch_table()
+    assert entry.algo == "small" and algos["big"].calls == 0
+    assert entry.skipped["big"] == "needs 8.0 MiB workspace, limit 2.0 MiB"
+    t.workspace_limit = None
+    t.benchmark = False                    # a tuned entry over a later, lower limit is not used
+    with t.flags(workspace_limit=1 << 19):
+        with pytest.raises(Exception, match="no algorithm"):
+            t.conv2d(*arrays())
+
+
+@pytest.mark.parametrize("wrong", ["everywhere", "last_row"])
+def test_wrong_algorithm_is_rejected_with_its_error(wrong):
+    clock = FakeClock()
+    algos = fakes(clock, broken=(1e-4, {"wrong": wrong}), good=1e-3)
+    t = tuner(clock, algos)
+    x, w = arrays(H=12)
+    y = t.conv2d(x, w, padding=1)
+    (entry,) = t.dispatch_table()
+    assert entry.algo == "good" and "broken" not in entry.times
+    assert entry.errors["broken"] > 1e-3 and entry.skipped["broken"].startswith("rejected: normwise error")
+    np.testing.assert_allclose(y, reference.conv2d(x, w, padding=1), rtol=1e-5, atol=1e-5)
+
+
+def test_slow_candidate_is_abandoned():
+    clock = FakeClock()
+    algos = fakes(clock, fast=1e-3, slow=5e-3)
+    t = tuner(clock, algos)
+    t.conv2d(*arrays())
+    (entry,) = t.dispatch_table()
+    assert entry.runs["slow"] == 1 and "slow" in entry.abandoned and entry.runs["fast"] >= 3
+
+
+def test_deterministic_excludes_nondeterministic():
+    clock = FakeClock()
+    algos = fakes(clock, fast=(1e-4, {"deterministic": False}), steady=1e-3)
+    t = tuner(clock, algos, deterministic=True)
+    t.conv2d(*arrays())
+    (entry,) = t.dispatch_table()
+    assert entry.algo == "steady" and algos["fast"].calls == 0 and entry.key.deterministic
+    assert "not deterministic" in entry.skipped["fast"]
+
+
+def test_unsupported_reason_recorded_and_heuristic_mode_times_nothing():
+    clock = FakeClock()
+    algos = fakes(clock, wino=(1e-4, {"only_3x3": True}), plain=1e-3)
+    t = Tuner(algos, timer=fake_timer(clock), heuristics=Heuristics({"rules": [
+        {"name": "3x3", "when": {"kernel": [3, 3]}, "order": ["wino", "plain"]},
+        {"name": "default", "when": {}, "order": ["plain"]}]}))
+    t.conv2d(*arrays(R=3))
+    t.conv2d(*arrays(R=5, H=9))
+    e3, e5 = t.dispatch_table()
+    assert (e3.algo, e3.rule, e3.source) == ("wino", "3x3", "heuristic") and (e5.algo, e5.rule) == ("plain", "default")
+    assert e5.skipped["wino"] == "wino needs a 3x3 kernel, got 5x5"
+    assert algos["wino"].calls == 1 and algos["plain"].calls == 1 and e3.times == {}   # each ran once: no timing
+
+
+def test_flags_validated_and_restored_on_exception():
+    t = Tuner({})
+    with pytest.raises(ValueError, match="benchmark_limit must be .* got 0"):
+        t.benchmark_limit = 0
+    with pytest.raises(ValueError, match="workspace_limit .* got -1"):
+        t.workspace_limit = -1
+    with pytest.raises(TypeError, match="unknown flag"):
+        with t.flags(benchmarks=True):
+            pass
+    with pytest.raises(RuntimeError):
+        with t.flags(benchmark=True, deterministic=True, benchmark_limit=2, workspace_limit=10):
+            assert t.benchmark and t.benchmark_limit == 2
+            raise RuntimeError
+    assert (t.benchmark, t.deterministic, t.benchmark_limit, t.workspace_limit) == (False, False, None, None)
+
+
+def test_module_flags_forward_to_the_default_tuner():
+    default = autotune.default_tuner()
+    assert autotune.benchmark is False
+    with pytest.raises(ValueError, match="benchmark must be True or False, got 'yes'"):
+        autotune.benchmark = "yes"
+    try:
+        autotune.benchmark = True
+        assert default.benchmark is True
+        with autotune.flags(benchmark=False, workspace_limit=5):
+            assert autotune.benchmark is False and autotune.workspace_limit == 5
+        assert autotune.benchmark is True and autotune.workspace_limit is None
+    finally:
+        autotune.benchmark = False
+
+
+def test_eight_threads_on_one_new_key_tune_once():
+    clock = FakeClock()
+    algos = fakes(clock, a=(1e-3, {"sleep": 0.01}), b=(2e-3, {"sleep": 0.01}))
+    t = tuner(clock, algos)
+    x, w = arrays()
+    barrier, results, errors = threading.Barrier(8), [None] * 8, []
+
+    def call(i):
+        try:
+            barrier.wait()
+            results[i] = t.conv2d(x, w)
+        except Exception as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=call, args=(i,)) for i in range(8)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert not errors
+    info = t.cache_info()
+    assert (info.hits, info.misses, info.entries) == (7, 1, 1)
+    (entry,) = t.dispatch_table()
+    assert algos["b"].calls == 1 + entry.runs["b"]            # b only ran while tuning: once warm, then timed
+    for y in results[1:]:
+        np.testing.assert_array_equal(y, results[0])
+
+
+def test_entry_to_dict_round_trips():
+    clock = FakeClock()
+    t = tuner(clock, fakes(clock, a=1e-3, b=(2e-3, {"workspace": 7})))
+    t.conv2d(*arrays(), stride=2, padding=((1, 0), (0, 2)))
+    (entry,) = t.dispatch_table()
+    again = autotune.Entry.from_dict(entry.to_dict())
+    assert again == entry and hash(again.key) == hash(entry.key)
