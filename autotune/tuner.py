@@ -31,7 +31,7 @@ import numpy as np
 
 import convalgos
 from convalgos import ConvParams, reference
-from convalgos.conv import run
+from convalgos import run
 
 from . import cache
 from .heuristics import Heuristics

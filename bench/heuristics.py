@@ -51,7 +51,7 @@ def layer_times(p, rounds: int) -> dict:
     x = rng.standard_normal((p.N, p.C, p.H, p.W)).astype(p.dtype)
     w = rng.standard_normal((p.K, p.Cg, p.R, p.S)).astype(p.dtype)
     out = np.empty(p.out_shape, p.dtype)
-    fns = {name: (lambda a=a: convalgos.conv.run(a, x, w, None, p, out))
+    fns = {name: (lambda a=a: convalgos.run(a, x, w, None, p, out))
            for name, a in convalgos.ALGORITHMS.items() if a.supports(p)}
     return interleaved_medians(fns, rounds=rounds)
 

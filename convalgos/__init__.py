@@ -8,7 +8,7 @@
 from . import reference
 # Importing an algorithm's module registers it: this is the order ALGORITHMS lists them in.
 from . import direct, im2col, fft, fft_tiled, winograd  # noqa: F401  (registration)
-from .conv import conv2d
+from .conv import conv2d, run  # run: a validated layer through an algorithm (used by autotune)
 from .params import ConvParams
 from .registry import ALGORITHMS, Algorithm, Support, UnsupportedError, get_algorithm, release_workspaces
 
