@@ -62,6 +62,23 @@ def _valid_columns(s, dw, left, sw, W, Wo):
     return j0, max(j0, j1)
 
 
+@njit(cache=True)
+def _zero(line):
+    for j in range(len(line)):
+        line[j] = 0.0
+
+
+@njit(cache=True)
+def _copy_strided(dst, src, step):
+    """dst[j] = src[j * step]; the unit step as its own loop, so it vectorises."""
+    if step == 1:
+        for j in range(len(dst)):
+            dst[j] = src[j]
+    else:
+        for j in range(len(dst)):
+            dst[j] = src[j * step]
+
+
 @njit(parallel=True, cache=True)
 def _fill_patches(x, n0, R, S, sh, sw, top, left, dh, dw, Ho, Wo, patches):
     """patches[b, (c*R + r)*S + s, i*Wo + j] = x[n0 + b, c, i*sh + r*dh - top, j*sw + s*dw - left], 0 outside x."""
@@ -74,24 +91,14 @@ def _fill_patches(x, n0, R, S, sh, sw, top, left, dh, dw, Ho, Wo, patches):
         dst = patches[b, row]
         src_image = x[n0 + b, c]
         for i in range(Ho):
+            line = dst[i * Wo:(i + 1) * Wo]
             ih = i * sh + r * dh - top
-            start = i * Wo
             if ih < 0 or ih >= H:
-                for j in range(Wo):
-                    dst[start + j] = 0.0
+                _zero(line)
                 continue
-            for j in range(j0):
-                dst[start + j] = 0.0
-            src = src_image[ih]
-            first = s * dw - left
-            if sw == 1:
-                for j in range(j0, j1):
-                    dst[start + j] = src[j + first]
-            else:
-                for j in range(j0, j1):
-                    dst[start + j] = src[j * sw + first]
-            for j in range(j1, Wo):
-                dst[start + j] = 0.0
+            _zero(line[:j0])
+            _zero(line[j1:])
+            _copy_strided(line[j0:j1], src_image[ih, j0 * sw + s * dw - left:], sw)
 
 
 class Im2col(Algorithm):
