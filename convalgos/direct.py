@@ -43,6 +43,11 @@ from .registry import Algorithm, register
 
 #: output elements accumulated per work item (a block of whole output rows): 8 KiB of float32, in L1.
 SEGMENT = 2048
+#: depthwise layers with at least this many channels and at most this many outputs per plane run channels-last
+#: (passes as long as C instead of a plane); measured 1.8x faster on 1024 channels of 7x7, no gain at 14x14.
+CHANNELS_LAST_MIN_C, CHANNELS_LAST_MAX_PLANE = 64, 100
+#: channels moved together by the layout changes of the channels-last path (a cache-friendly transpose).
+TILE = 16
 
 
 def phase_plane(p: ConvParams) -> tuple[int, int]:
@@ -52,7 +57,20 @@ def phase_plane(p: ConvParams) -> tuple[int, int]:
 
 
 def rows_per_item(p: ConvParams) -> int:
+    """Output rows per work item: as many whole rows as fit in SEGMENT accumulator elements (at least one)."""
     return max(1, min(p.out_hw[0], SEGMENT // phase_plane(p)[1]))
+
+
+def channels_last(p: ConvParams) -> bool:
+    """Whether the layer takes the channels-last depthwise path (many channels, small planes)."""
+    return (p.Cg == 1 and p.K == p.C and p.C >= CHANNELS_LAST_MIN_C
+            and p.out_hw[0] * p.out_hw[1] <= CHANNELS_LAST_MAX_PLANE)
+
+
+def padded_extent(p: ConvParams) -> tuple[int, int]:
+    """(Hp, Wp): the part of the zero-padded input that the outputs read (the channels-last copy)."""
+    (sh, sw), (dh, dw), (Ho, Wo) = p.stride, p.dilation, p.out_hw
+    return (Ho - 1) * sh + (p.R - 1) * dh + 1, (Wo - 1) * sw + (p.S - 1) * dw + 1
 
 
 @njit(cache=True)
@@ -202,6 +220,77 @@ def _depthwise(x, w, taps, top, left, sh, sw, Hq, rows, planes, acc, out):
                 _row_block(xq, 0, 0, w, taps, n, k, i0, Wq, block, out)
 
 
+@njit(cache=True, fastmath={"contract"}, inline="always")
+def _add_products3(acc, xa, wa, xb, wb, xc, wc):
+    """acc[c] += wa[c]*xa[c] + wb[c]*xb[c] + wc[c]*xc[c]: three taps of every channel, one store."""
+    for c in range(acc.size):
+        acc[c] += wa[c] * xa[c] + wb[c] * xb[c] + wc[c] * xc[c]
+
+
+@njit(cache=True, fastmath={"contract"}, inline="always")
+def _add_products(acc, xa, wa):
+    """acc[c] += wa[c] * xa[c]."""
+    for c in range(acc.size):
+        acc[c] += wa[c] * xa[c]
+
+
+@njit(parallel=True, cache=True)
+def _to_channels_last(x, top, left, xt):
+    """xt[n, ph, pw, c] = x[n, c, ph - top, pw - left], zero outside x; xt: (N, Hp, Wp, C).
+
+    Each padded row is transposed in tiles of TILE channels, so the TILE input rows read stay in cache."""
+    N, C, H, W = x.shape
+    Hp, Wp = xt.shape[1], xt.shape[2]
+    for nh in prange(N * Hp):
+        n, ph = nh // Hp, nh % Hp
+        i, rows = ph - top, xt[n, ph]
+        j0, j1 = (min(Wp, left), min(Wp, left + W)) if 0 <= i < H else (Wp, Wp)
+        rows[:j0, :] = 0.0
+        rows[j1:, :] = 0.0
+        if j1 > j0:
+            for c0 in range(0, C, TILE):
+                for pw in range(j0, j1):
+                    pixel = rows[pw]
+                    for c in range(c0, min(C, c0 + TILE)):
+                        pixel[c] = x[n, c, i, pw - left]
+
+
+@njit(parallel=True, cache=True)
+def _depthwise_channels_last(xt, wt, R, S, sh, sw, dh, dw, yt):
+    """yt[n, i, j, :] = sum_{r, s} wt[r*S + s, :] * xt[n, i*sh + r*dh, j*sw + s*dw, :]: the channels innermost,
+    so every pass is as long as C; three taps per pass. xt: (N, Hp, Wp, C), wt: (R*S, C), yt: (N, Ho, Wo, C)."""
+    N, Ho, Wo = yt.shape[0], yt.shape[1], yt.shape[2]
+    n_taps = R * S
+    for ni in prange(N * Ho):
+        n, i = ni // Ho, ni % Ho
+        for j in range(Wo):
+            acc = yt[n, i, j]
+            for c in range(acc.size):
+                acc[c] = 0.0
+            q = 0
+            while q + 3 <= n_taps:
+                xa = xt[n, i * sh + (q // S) * dh, j * sw + (q % S) * dw]
+                xb = xt[n, i * sh + ((q + 1) // S) * dh, j * sw + ((q + 1) % S) * dw]
+                xc = xt[n, i * sh + ((q + 2) // S) * dh, j * sw + ((q + 2) % S) * dw]
+                _add_products3(acc, xa, wt[q], xb, wt[q + 1], xc, wt[q + 2])
+                q += 3
+            for q in range(q, n_taps):
+                _add_products(acc, xt[n, i * sh + (q // S) * dh, j * sw + (q % S) * dw], wt[q])
+
+
+@njit(parallel=True, cache=True)
+def _from_channels_last(yt, out):
+    """out[n, k, i, j] = yt[n, i, j, k], each output row transposed in tiles of TILE channels."""
+    N, K, Ho, Wo = out.shape
+    for ni in prange(N * Ho):
+        n, i = ni // Ho, ni % Ho
+        row = yt[n, i]
+        for k0 in range(0, K, TILE):
+            for j in range(Wo):
+                for k in range(k0, min(K, k0 + TILE)):
+                    out[n, k, i, j] = row[j, k]
+
+
 class Direct(Algorithm):
     """The defining sum over a polyphase zero-padded copy of x, as long flat contiguous passes, three taps each."""
 
@@ -211,6 +300,9 @@ class Direct(Algorithm):
     tolerance = {"float16": 2e-3, "float32": 5e-6, "float64": 1e-12}
 
     def workspace_bytes(self, p: ConvParams) -> int:
+        if channels_last(p):
+            Hp, Wp = padded_extent(p)
+            return (p.N * Hp * Wp * p.C + p.N * p.out_hw[0] * p.out_hw[1] * p.K + p.R * p.S * p.K) * p.itemsize
         (sh, sw), (Hq, Wq), threads = p.stride, phase_plane(p), get_num_threads()
         planes = threads if p.Cg == 1 else p.N * p.C           # depthwise: one phase buffer per thread
         elements = planes * sh * sw * Hq * Wq + threads * rows_per_item(p) * Wq
@@ -220,6 +312,9 @@ class Direct(Algorithm):
         return p.flops
 
     def forward(self, x, w, p: ConvParams, out) -> None:
+        if channels_last(p):
+            self._forward_channels_last(x, w, p, out)
+            return
         (sh, sw), (dh, dw), ((top, _), (left, _)) = p.stride, p.dilation, p.padding
         (Hq, Wq), rows, threads = phase_plane(p), rows_per_item(p), get_num_threads()
         acc = self.workspace.get("direct.acc", (threads, rows * Wq), x.dtype)
@@ -232,6 +327,17 @@ class Direct(Algorithm):
             xq = self.workspace.get("direct.phases", (p.N, p.C, sh * sw * Hq * Wq), x.dtype)
             _split_phases(x, top, left, sh, sw, Hq, Wq, xq)
             _direct(xq, w.reshape(p.K, -1), taps, rows, acc, out)
+
+    def _forward_channels_last(self, x, w, p: ConvParams, out) -> None:
+        (sh, sw), (dh, dw), ((top, _), (left, _)), (Ho, Wo) = p.stride, p.dilation, p.padding, p.out_hw
+        Hp, Wp = padded_extent(p)
+        xt = self.workspace.get("direct.x_channels_last", (p.N, Hp, Wp, p.C), x.dtype)
+        yt = self.workspace.get("direct.y_channels_last", (p.N, Ho, Wo, p.K), x.dtype)
+        wt = self.workspace.get("direct.w_channels_last", (p.R * p.S, p.K), x.dtype)
+        wt[...] = w.reshape(p.K, p.R * p.S).T
+        _to_channels_last(x, top, left, xt)
+        _depthwise_channels_last(xt, wt, p.R, p.S, sh, sw, dh, dw, yt)
+        _from_channels_last(yt, out)
 
 
 register(Direct())

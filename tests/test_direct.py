@@ -4,7 +4,7 @@ import pytest
 
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, reference
-from convalgos.direct import phase_plane, rows_per_item
+from convalgos.direct import CHANNELS_LAST_MIN_C, channels_last, phase_plane, rows_per_item
 from convalgos.reference import normwise_error
 
 DIRECT = ALGORITHMS["direct"]
@@ -37,6 +37,16 @@ def test_polyphase_split_strides_dilations_paddings(kw):
     check((1, 6, 11, 10), (6, 1, 3, 3), **kw, groups=6)   # the depthwise path with the same geometry
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=1), dict(stride=(2, 1), padding=((0, 2), (1, 0))),
+                                dict(dilation=2, padding=(2, 1))])
+def test_depthwise_channels_last_path(dtype, kw):
+    C = CHANNELS_LAST_MIN_C + 3
+    p = ConvParams.from_shapes((2, C, 7, 9), (C, 1, 3, 3), groups=C, **kw)
+    assert channels_last(p)
+    check((2, C, 7, 9), (C, 1, 3, 3), dtype, groups=C, **kw)
+
+
 def test_depthwise_channel_multiplier():
     check((1, 5, 9, 9), (10, 1, 3, 3), padding=1, groups=5)
 
@@ -52,13 +62,19 @@ def test_long_planes_span_several_items():
     check((1, 2, 112, 112), (2, 1, 3, 3), padding=1, groups=2)
 
 
-@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=(0, 1)), dict(dilation=2, groups=2),
-                                dict(stride=2, padding=1, groups=4)])   # the last is depthwise
-def test_workspace_bytes_is_what_forward_keeps(kw):
+@pytest.mark.parametrize("x_shape, w_shape, kw", [
+    ((2, 4, 15, 12), (8, 4, 3, 3), dict(padding=1)),
+    ((2, 4, 15, 12), (8, 4, 3, 3), dict(stride=2, padding=(0, 1))),
+    ((2, 4, 15, 12), (8, 2, 3, 3), dict(dilation=2, groups=2)),
+    ((2, 4, 15, 12), (4, 1, 3, 3), dict(stride=2, padding=1, groups=4)),        # depthwise, phase buffers
+    ((2, 64, 15, 12), (64, 1, 3, 3), dict(stride=2, padding=1, groups=64)),    # depthwise, channels-last
+])
+def test_workspace_bytes_is_what_forward_keeps(x_shape, w_shape, kw):
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((2, 4, 15, 12)).astype(np.float32)
-    w = rng.standard_normal((8, 4 // kw.get("groups", 1), 3, 3)).astype(np.float32)
+    x = rng.standard_normal(x_shape).astype(np.float32)
+    w = rng.standard_normal(w_shape).astype(np.float32)
     p = ConvParams.from_arrays(x, w, **kw)
+    assert channels_last(p) == (x_shape[1] == 64)
     DIRECT.release()
     convalgos.conv2d(x, w, **kw, algo="direct", out=np.empty(p.out_shape, np.float32))
     assert DIRECT.workspace.nbytes == DIRECT.workspace_bytes(p) > 0
