@@ -1,0 +1,102 @@
+"""GPU implicit GEMM: the im2col GEMM with the patch matrix never materialised (GPU only).
+
+Per group g the convolution is the GEMM
+
+    Y[g] (Kg x N*Ho*Wo) = W[g] (Kg x Cg*R*S) @ X_patch[g] (Cg*R*S x N*Ho*Wo),
+    X_patch[g][(c, r, s), (n, i, j)] = x[n, g*Cg + c, i*sh + r*dh - top, j*sw + s*dw - left]  (0 outside)
+
+Each T x T block of threads computes a T x T tile of Y[g] (T output channels by T output pixels). It walks the
+reduction dimension Cg*R*S in chunks of T: it loads a T x T tile of W and gathers the matching T x T tile of
+X_patch straight from x into shared memory (decoding (c, r, s) and (n, i, j), zero outside the image), then
+each thread does T multiply-adds from shared memory. The patch matrix exists only tile by tile, in shared
+memory, so there is no workspace whatever the layer.
+
+FLOPs: 2*N*K*Cg*R*S*Ho*Wo. Workspace: none. Constraints: none (every layer).
+"""
+from __future__ import annotations
+
+import functools
+import math
+
+import numpy as np
+from numba import cuda
+
+from ..backend import simulator_enabled
+from ..params import ConvParams
+from ..registry import SUPPORTED
+from .base import GPUAlgorithm
+
+#: block tile edge on a GPU, and under the simulator (fewer simulated threads).
+TILE = 16
+SIM_TILE = 4
+
+
+@functools.lru_cache(maxsize=None)
+def implicit_gemm_kernel(dtype: str, T: int):
+    """The tiled kernel for one compute dtype and tile edge T (compiled once per pair)."""
+    nb_dtype = getattr(np, dtype)
+
+    @cuda.jit
+    def kernel(x, w, out, top, left, sh, sw, dh, dw):
+        N, H, W = x.shape[0], x.shape[2], x.shape[3]
+        K, Cg, R, S = w.shape[0], w.shape[1], w.shape[2], w.shape[3]
+        Ho, Wo = out.shape[2], out.shape[3]
+        Kg = K // cuda.gridDim.z
+        g = cuda.blockIdx.z
+        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
+        row = cuda.blockIdx.y * T + ty                   # output channel within the group
+        col = cuda.blockIdx.x * T + tx                   # output pixel (n, i, j) flattened
+        gn = col // (Ho * Wo)
+        gi, gj = (col // Wo) % Ho, col % Wo
+        w_tile = cuda.shared.array((T, T), nb_dtype)
+        x_tile = cuda.shared.array((T, T), nb_dtype)
+        reduction, RS = Cg * R * S, R * S
+        acc = nb_dtype(0)
+        for q0 in range(0, reduction, T):
+            q = q0 + tx                                  # weight tile: row = channel, column = q
+            inside = row < Kg and q < reduction
+            w_tile[ty, tx] = w[g * Kg + row, q // RS, (q // S) % R, q % S] if inside else 0
+            q = q0 + ty                                  # patch tile: row = q, column = pixel
+            c, r, s = q // RS, (q // S) % R, q % S
+            yy, xx = gi * sh + r * dh - top, gj * sw + s * dw - left
+            inside = q < reduction and gn < N and 0 <= yy < H and 0 <= xx < W
+            x_tile[ty, tx] = x[gn, g * Cg + c, yy, xx] if inside else 0
+            cuda.syncthreads()
+            for e in range(T):
+                acc += w_tile[ty, e] * x_tile[e, tx]
+            cuda.syncthreads()
+        if row < Kg and col < N * Ho * Wo:
+            out[col // (Ho * Wo), g * Kg + row, (col // Wo) % Ho, col % Wo] = acc
+
+    return kernel
+
+
+def tile_edge() -> int:
+    return SIM_TILE if simulator_enabled() else TILE
+
+
+class ImplicitGemm(GPUAlgorithm):
+    """Tiled GEMM gathering patch tiles into shared memory on the fly (see the module docstring)."""
+
+    name = "implicit_gemm"
+    tolerance = {"float16": 2e-3, "float32": 5e-6, "float64": 1e-12}
+
+    @property
+    def twin(self):
+        raise AttributeError("implicit_gemm is GPU only: it has no CPU twin")
+
+    def supports(self, p: ConvParams):
+        return SUPPORTED
+
+    def workspace_bytes(self, p: ConvParams) -> int:
+        return 0
+
+    def flops(self, p: ConvParams) -> int:
+        return p.flops
+
+    def forward(self, x, w, p: ConvParams, out) -> None:
+        T = tile_edge()
+        Ho, Wo = p.out_hw
+        grid = (math.ceil(p.N * Ho * Wo / T), math.ceil(p.Kg / T), p.groups)
+        (top, _), (left, _) = p.padding
+        implicit_gemm_kernel(p.compute_dtype, T)[grid, (T, T)](x, w, out, top, left, *p.stride, *p.dilation)
