@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .backend import is_cupy_array
 from .params import ConvParams
 from .registry import UnsupportedError, get_algorithm
 
@@ -14,7 +15,11 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, a
     ``padding``: int, (ph, pw), ((top, bottom), (left, right)), "valid" or "same" (stride 1).
     float32 and float64 are computed in that dtype; float16 in float32, returned as float16.
     ``out``: an optional (N, K, Ho, Wo) array of x's dtype to write into.
+    A CuPy ``x`` runs the GPU implementation of ``algo`` (``convalgos.cuda.conv2d``).
     """
+    if is_cupy_array(x):
+        from .cuda import conv2d as gpu_conv2d
+        return gpu_conv2d(x, weight, bias, stride, padding, dilation, groups, algo=algo, out=out)
     p = ConvParams.from_arrays(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
     algorithm = get_algorithm(algo)
     support = algorithm.supports(p)
