@@ -26,8 +26,9 @@ def built(name):
 
 @functools.lru_cache(maxsize=None)
 def tuner_for(name):
-    """One benchmark-mode Tuner per architecture: the torch test reuses what the reference test tuned."""
-    return autotune.Tuner(benchmark=True)
+    """One benchmark-mode Tuner per architecture (0.1 s of timing per key, to keep the file fast); the torch
+    test reuses what the reference test tuned."""
+    return autotune.Tuner(benchmark=True, time_budget=0.1)
 
 
 def with_tuner(model, tuner):
