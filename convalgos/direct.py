@@ -19,7 +19,8 @@ with no bounds test; the offsets are tabulated once per call (``_tap_table``).
 Workspace (``workspace_bytes``): the phase planes, N * C * sh * sw * Hq * Wq elements (about the padded input),
 with Hq = Ho + (R-1)*dh // sh + 1 (one spare row, which the junk columns of the last row read) and
 Wq = Wo + (S-1)*dw // sw; one accumulator of ``rows_per_item`` * Wq elements per thread; the tap table,
-2 * Cg * R * S int64.
+2 * Cg * R * S int64. Depthwise layers keep one phase buffer per thread instead of N * C of them; the
+channels-last depthwise path keeps x and y channels-last (N Hp Wp C and N Ho Wo K) and the weights (R S K).
 
 Constraints: none; any stride, asymmetric padding, dilation, groups, depthwise; float32 and float64 (each its
 own compiled kernel; float16 is computed in float32 by ``conv2d``). Accuracy: taps are summed in order in the
@@ -30,8 +31,14 @@ Loop order (``_direct``). The parallel items are blocks of whole output rows of 
 the Cg*R*S taps are taken three at a time and each triple is one pass over the accumulator that loads three
 input runs and the accumulator once and stores once (three multiply-adds per store; a pass per tap would store
 once per multiply-add). The innermost loop is that contiguous pass over t, which the compiler vectorises; its
-length is the block, not one output row, which matters for the short rows of small planes. Depthwise layers
-(Cg = 1) are the same loop with 9 taps per plane: the phase copy plus three passes per block.
+length is the block, not one output row, which matters for the short rows of small planes.
+
+Depthwise layers (Cg = 1) have only R*S taps per plane, so the cost is in moving data, not in arithmetic:
+``_depthwise`` makes an item a whole plane and splits it into the thread's own phase buffer just before
+computing it, so the copy is read back from L1/L2 instead of memory. On planes of a few dozen outputs
+(MobileNet's 7x7 with 1024 channels) even that leaves loops too short to vectorise, so layers with many
+channels and small planes (``channels_last``) are moved channels-last, where each pass runs over all C
+channels of one output pixel (acc[c] += w[r, s, c] * x[i + r, j + s, c], three taps per pass), and back.
 """
 from __future__ import annotations
 
