@@ -13,8 +13,8 @@ d[c] the alpha x alpha input tile (tiles step by m; zero outside the image, so p
 4. output transform kernel: one work item per (output channel, tile) computes A^T M A and writes the tile's
    pixels that lie inside the output.
 
-FLOPs and workspace: the CPU twin's formulas (``convalgos.winograd``): U, V, M of alpha^2 * (K*Cg, C*P, K*P)
-elements, P = N * ceil(Ho/m) * ceil(Wo/m) tiles. Constraints: 3x3 kernel, stride 1, dilation 1.
+FLOPs: the CPU twin's formula (``convalgos.winograd``). Workspace: U, V, M of alpha^2 * (K*Cg, C*P, K*P)
+elements, P = N * ceil(Ho/m) * ceil(Wo/m) tiles, and the three matrices (the whole batch at once: no chunks). Constraints: 3x3 kernel, stride 1, dilation 1.
 """
 from __future__ import annotations
 
@@ -108,7 +108,8 @@ class Winograd(GPUAlgorithm):
 
     def workspace_bytes(self, p: ConvParams) -> int:
         P = p.N * self._tiles(p)[0] * self._tiles(p)[1]
-        return self.alpha ** 2 * (p.K * p.Cg + p.C * P + p.K * P) * p.itemsize
+        matrices = self.alpha * (self.m + 3 + self.alpha)                     # A^T, G, B^T on the device
+        return (self.alpha ** 2 * (p.K * p.Cg + p.C * P + p.K * P) + matrices) * p.itemsize
 
     def _tiles(self, p: ConvParams) -> tuple[int, int]:
         Ho, Wo = p.out_hw

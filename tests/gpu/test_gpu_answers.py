@@ -1,0 +1,102 @@
+"""supports / flops / workspace_bytes on the GPU side, and the clear errors without a GPU."""
+import os
+import subprocess
+import sys
+
+import numpy as np
+
+import convalgos
+from convalgos import ConvParams
+from convalgos import cuda as gpu
+from convalgos.cuda import fft_tiled, implicit_gemm
+
+LAYERS = [ConvParams.from_shapes((2, 4, 6, 6), (4, 2, 3, 3), padding=1, groups=2),
+          ConvParams.from_shapes((1, 3, 9, 7), (2, 3, 5, 5), stride=2, dilation=(1, 2), padding=((2, 1), (0, 3))),
+          ConvParams.from_shapes((2, 3, 4, 4), (5, 3, 1, 1))]
+
+
+def test_supports_follow_the_cpu_twin_where_the_gpu_computes_alike():
+    for name in ("direct", "im2col", "winograd_2x2", "winograd_4x4", "winograd_6x6"):
+        for p in LAYERS:
+            assert bool(gpu.ALGORITHMS[name].supports(p)) == bool(convalgos.ALGORITHMS[name].supports(p))
+
+
+def test_winograd_reasons():
+    p = LAYERS[1]
+    assert gpu.ALGORITHMS["winograd_4x4"].supports(p).reason == "winograd_4x4 needs a 3x3 kernel, got 5x5"
+
+
+def test_implicit_gemm_supports_every_layer_without_workspace():
+    for p in LAYERS:
+        assert gpu.ALGORITHMS["implicit_gemm"].supports(p)
+        assert gpu.ALGORITHMS["implicit_gemm"].workspace_bytes(p) == 0
+        assert gpu.ALGORITHMS["implicit_gemm"].flops(p) == p.flops
+
+
+def test_fft_tiled_refuses_a_kernel_wider_than_its_largest_tile():
+    p = ConvParams.from_shapes((1, 1, 90, 90), (1, 1, 3, 3), dilation=40)
+    answer = gpu.ALGORITHMS["fft_tiled"].supports(p)
+    assert not answer and "tiles are at most 64 pixels" in answer.reason and "81x81" in answer.reason
+    assert gpu.ALGORITHMS["fft"].supports(p)
+
+
+def test_fft_tile_plans_cover_the_dense_output():
+    for p in LAYERS:
+        (Hp, Wp), (Re, Se) = p.padded_hw, p.kernel_extent
+        for t in (gpu.ALGORITHMS["fft"].plan(p), fft_tiled.tiled_plan(p)):
+            assert t.nth * t.mh >= Hp - Re + 1 and t.ntw * t.mw >= Wp - Se + 1
+            assert t.mh == t.Th - Re + 1 and t.mw == t.Tw - Se + 1
+
+
+def test_fast_length():
+    from convalgos.cuda.fft import fast_length
+    assert [fast_length(n) for n in (1, 11, 13, 17, 97, 129)] == [1, 12, 14, 18, 98, 135]
+
+
+def test_im2col_workspace_is_the_patch_matrix_it_keeps():
+    algorithm = gpu.ALGORITHMS["im2col"]
+    p = LAYERS[0]
+    x = np.random.default_rng(0).standard_normal((p.N, p.C, p.H, p.W)).astype(np.float32)
+    w = np.zeros((p.K, p.Cg, p.R, p.S), np.float32)
+    algorithm.release()
+    algorithm.forward(x, w, p, np.empty(p.out_shape, np.float32))
+    assert algorithm.workspace.nbytes == algorithm.workspace_bytes(p) == p.N * p.C * 9 * 36 * 4
+    assert algorithm.workspace_bytes(LAYERS[2]) == 0                     # 1x1: x is the patch matrix
+
+
+def test_kept_buffers_within_workspace_bytes():
+    p = LAYERS[0]
+    x = np.random.default_rng(0).standard_normal((p.N, p.C, p.H, p.W)).astype(np.float32)
+    w = np.ones((p.K, p.Cg, p.R, p.S), np.float32)
+    for name in ("winograd_2x2", "fft", "fft_tiled"):
+        algorithm = gpu.ALGORITHMS[name]
+        algorithm.release()
+        algorithm.forward(x, w, p, np.empty(p.out_shape, np.float32))
+        assert 0 < algorithm.workspace.nbytes <= algorithm.workspace_bytes(p), name
+
+
+def test_flops_winograd_is_the_twins_and_below_direct_on_deep_layers():
+    p = ConvParams.from_shapes((1, 64, 16, 16), (64, 64, 3, 3), padding=1)
+    for name in ("winograd_2x2", "winograd_4x4"):
+        assert gpu.ALGORITHMS[name].flops(p) == convalgos.ALGORITHMS[name].flops(p) < p.flops
+
+
+def test_kernels_compile_once_per_dtype():
+    from convalgos.cuda import direct
+    assert direct.direct_kernel("float32") is direct.direct_kernel("float32")
+    assert implicit_gemm.implicit_gemm_kernel("float32", 4) is implicit_gemm.implicit_gemm_kernel("float32", 4)
+
+
+def test_without_a_gpu_import_works_and_use_says_what_is_missing():
+    code = ("import numpy as np, convalgos, convalgos.cuda as g\n"
+            "from convalgos.backend import GPUUnavailableError\n"
+            "try:\n"
+            "    g.conv2d(np.zeros((1, 1, 3, 3), np.float32), np.zeros((1, 1, 3, 3), np.float32))\n"
+            "except GPUUnavailableError as e:\n"
+            "    print(e)\n")
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    from convalgos.backend import cupy_available
+    if not cupy_available():
+        assert "convalgos.cuda needs CuPy and a CUDA driver, or NUMBA_ENABLE_CUDASIM=1" in done.stdout
