@@ -80,15 +80,15 @@ def _copy_strided(dst, src, step):
 
 
 @njit(parallel=True, cache=True)
-def _fill_patches(x, n0, R, S, sh, sw, top, left, dh, dw, Ho, Wo, patches):
-    """patches[b, (c*R + r)*S + s, i*Wo + j] = x[n0 + b, c, i*sh + r*dh - top, j*sw + s*dw - left], 0 outside x."""
-    nb, rows = patches.shape[0], patches.shape[1]
-    H, W = x.shape[2], x.shape[3]
+def _fill_patches(x, n0, nb, R, S, sh, sw, top, left, dh, dw, Ho, Wo, patches):
+    """patches[(c*R + r)*S + s, b*Ho*Wo + i*Wo + j] = x[n0 + b, c, i*sh + r*dh - top, j*sw + s*dw - left] for the
+    nb images b of the chunk, 0 outside x."""
+    rows, H, W = patches.shape[0], x.shape[2], x.shape[3]
     for item in prange(nb * rows):
         b, row = item // rows, item % rows
         c, r, s = row // (R * S), (row // S) % R, row % S
         j0, j1 = _valid_columns(s, dw, left, sw, W, Wo)
-        dst = patches[b, row]
+        dst = patches[row, b * Ho * Wo:(b + 1) * Ho * Wo]
         src_image = x[n0 + b, c]
         for i in range(Ho):
             line = dst[i * Wo:(i + 1) * Wo]
@@ -116,23 +116,31 @@ class Im2col(Algorithm):
     def workspace_bytes(self, p: ConvParams) -> int:
         if is_zero_copy(p):
             return 0
-        return self.images_per_chunk(p) * patch_bytes_per_image(p)
+        nb, (Ho, Wo) = self.images_per_chunk(p), p.out_hw
+        products = nb * p.K * Ho * Wo * p.itemsize if nb > 1 else 0
+        return nb * patch_bytes_per_image(p) + products
 
     def forward(self, x, w, p, out):
         Ho, Wo = p.out_hw
         G, taps = p.groups, p.Cg * p.R * p.S
         w_groups = w.reshape(G, p.Kg, taps)
-        y = out.reshape(p.N, G, p.Kg, Ho * Wo)
         if is_zero_copy(p):
-            np.matmul(w_groups, x.reshape(p.N, G, p.Cg, Ho * Wo), out=y)
+            np.matmul(w_groups, x.reshape(p.N, G, p.Cg, Ho * Wo), out=out.reshape(p.N, G, p.Kg, Ho * Wo))
             return
         nb = self.images_per_chunk(p)
-        patches = self.workspace.get("im2col.patches", (nb, p.C * p.R * p.S, Ho * Wo), x.dtype)
+        patches = self.workspace.get("im2col.patches", (G, taps, nb * Ho * Wo), x.dtype)
+        products = self.workspace.get("im2col.products", (G, p.Kg, nb * Ho * Wo), x.dtype) if nb > 1 else None
         (top, _), (left, _) = p.padding
         for n0 in range(0, p.N, nb):
-            chunk = patches[:min(nb, p.N - n0)]
-            _fill_patches(x, n0, p.R, p.S, *p.stride, top, left, *p.dilation, Ho, Wo, chunk)
-            np.matmul(w_groups, chunk.reshape(len(chunk), G, taps, Ho * Wo), out=y[n0:n0 + len(chunk)])
-
+            chunk = min(nb, p.N - n0)
+            _fill_patches(x, n0, chunk, p.R, p.S, *p.stride, top, left, *p.dilation, Ho, Wo,
+                          patches.reshape(G * taps, nb * Ho * Wo))
+            columns = chunk * Ho * Wo
+            if products is None:        # one image: the GEMM writes straight into its output slice
+                np.matmul(w_groups, patches, out=out[n0].reshape(G, p.Kg, Ho * Wo))
+            else:                       # several: one wide GEMM, then scatter (g, k, b, pixel) to (b, g, k, pixel)
+                np.matmul(w_groups, patches[:, :, :columns], out=products[:, :, :columns])
+                out[n0:n0 + chunk].reshape(chunk, G, p.Kg, Ho * Wo)[...] = (
+                    products[:, :, :columns].reshape(G, p.Kg, chunk, Ho * Wo).transpose(2, 0, 1, 3))
 
 register(Im2col())

@@ -18,19 +18,21 @@ def arrays(x_shape, w_shape, seed=0, dtype=np.float32):
 
 
 def test_patch_matrix_matches_its_definition():
-    x, _ = arrays((2, 3, 7, 9), (1, 1, 1, 1), dtype=np.float64)
+    x, _ = arrays((3, 3, 7, 9), (1, 1, 1, 1), dtype=np.float64)
     R, S, (sh, sw), (dh, dw), (top, left) = 2, 3, (2, 1), (1, 2), (1, 2)
     p = ConvParams.from_shapes(x.shape, (4, 3, R, S), stride=(sh, sw), padding=((top, 0), (left, 1)),
                                dilation=(dh, dw))
     Ho, Wo = p.out_hw
-    patches = np.full((1, 3 * R * S, Ho * Wo), np.nan)
-    _fill_patches(x, 1, R, S, sh, sw, top, left, dh, dw, Ho, Wo, patches)
-    padded = np.pad(x[1], ((0, 0), (top, 0), (left, 1)))
-    for c in range(3):
-        for r in range(R):
-            for s in range(S):
-                window = padded[c, r * dh::sh, s * dw::sw][:Ho, :Wo]
-                np.testing.assert_array_equal(patches[0, (c * R + r) * S + s].reshape(Ho, Wo), window)
+    patches = np.full((3 * R * S, 2 * Ho * Wo), np.nan)
+    _fill_patches(x, 1, 2, R, S, sh, sw, top, left, dh, dw, Ho, Wo, patches)     # images 1 and 2, side by side
+    for b in range(2):
+        padded = np.pad(x[1 + b], ((0, 0), (top, 0), (left, 1)))
+        for c in range(3):
+            for r in range(R):
+                for s in range(S):
+                    window = padded[c, r * dh::sh, s * dw::sw][:Ho, :Wo]
+                    row = patches[(c * R + r) * S + s, b * Ho * Wo:(b + 1) * Ho * Wo]
+                    np.testing.assert_array_equal(row.reshape(Ho, Wo), window)
 
 
 @pytest.mark.parametrize("groups", [1, 4])
@@ -63,9 +65,14 @@ def test_chunking_over_the_batch_gives_the_same_result():
     chunked.workspace_budget_bytes = 2 * patch_bytes_per_image(p) + 1      # chunks of 2, 2, 1 images
     assert whole.images_per_chunk(p) == 5 and chunked.images_per_chunk(p) == 2
     y_whole, y_chunked = np.empty(p.out_shape, np.float32), np.full(p.out_shape, np.nan, np.float32)
+    one_by_one = Im2col()
+    one_by_one.workspace_budget_bytes = 1                                    # each GEMM straight into out
+    y_one = np.full(p.out_shape, np.nan, np.float32)
     whole.forward(x, w, p, y_whole)
     chunked.forward(x, w, p, y_chunked)
+    one_by_one.forward(x, w, p, y_one)
     np.testing.assert_array_equal(y_whole, y_chunked)
+    np.testing.assert_array_equal(y_whole, y_one)
     assert normwise_error(y_chunked, reference.conv2d(x, w, **kw)) <= IM2COL.tolerance["float32"]
 
 
@@ -74,6 +81,7 @@ def test_a_chunk_holds_at_least_one_image():
     tiny = Im2col()
     tiny.workspace_budget_bytes = 1
     assert tiny.images_per_chunk(p) == 1
+    # one image per chunk: its GEMM writes straight into out, so the patch matrix is all the workspace
     assert tiny.workspace_bytes(p) == patch_bytes_per_image(p) == 4 * 3 * 3 * 6 * 6 * 4
 
 
@@ -81,12 +89,12 @@ def test_workspace_formula():
     # VGG-16's 64->64 3x3 layer: one image's patch matrix (115.6 MB) is over the budget, so chunks of one
     p = ConvParams.from_shapes((4, 64, 224, 224), (64, 64, 3, 3), padding=1)
     assert IM2COL.workspace_bytes(p) == 64 * 9 * 224 * 224 * 4
-    # CIFAR 32x32: many images fit in 64 MiB, never more than the batch
+    # CIFAR 32x32: the whole batch fits in 64 MiB: its patch matrix and the wide GEMM's (K, N*Ho*Wo) product
     p = ConvParams.from_shapes((32, 16, 32, 32), (16, 16, 3, 3), padding=1)
-    assert IM2COL.workspace_bytes(p) == 32 * 16 * 9 * 32 * 32 * 4
+    assert IM2COL.workspace_bytes(p) == 32 * 16 * 9 * 32 * 32 * 4 + 32 * 16 * 32 * 32 * 4
     p = ConvParams.from_shapes((32, 64, 32, 32), (64, 64, 3, 3), padding=1, dtype="float64")
-    per_image = 64 * 9 * 32 * 32 * 8
-    assert IM2COL.workspace_bytes(p) == (64 << 20) // per_image * per_image
+    nb = (64 << 20) // (64 * 9 * 32 * 32 * 8)
+    assert nb == 14 and IM2COL.workspace_bytes(p) == nb * (64 * 9 + 64) * 32 * 32 * 8
 
 
 def test_workspace_formula_is_what_forward_allocates():
