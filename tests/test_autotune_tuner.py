@@ -232,3 +232,30 @@ def test_entry_to_dict_round_trips():
     (entry,) = t.dispatch_table()
     again = autotune.Entry.from_dict(entry.to_dict())
     assert again == entry and hash(again.key) == hash(entry.key)
+
+
+def test_report_shows_speedups_skips_and_abandons():
+    clock = FakeClock()
+    algos = fakes(clock, direct=4e-3, im2col=2e-3, fast=1e-3, wino=(1e-4, {"only_3x3": True}))
+    t = tuner(clock, algos)
+    t.conv2d(*arrays(R=5, H=9))
+    text = str(t.dispatch_table())
+    assert "benchmark: fast (4.00x over direct, 2.00x over im2col)" in text
+    assert "wino: skipped, wino needs a 3x3 kernel, got 5x5" in text and "direct: abandoned" in text
+    assert "1 entries; 0 hits, 1 misses" in text
+
+
+def test_n_zero_gives_empty_output_without_tuning():
+    clock = FakeClock()
+    t = tuner(clock, fakes(clock, a=1e-3))
+    y = t.conv2d(np.zeros((0, 3, 5, 5), np.float32), np.zeros((4, 3, 3, 3), np.float32))
+    assert y.shape == (0, 4, 3, 3) and t.cache_info().entries == 0
+
+
+def test_clearly_slower_candidate_stops_at_min_runs_the_best_refines():
+    clock = FakeClock()
+    algos = fakes(clock, best=[1e-3, 1e-3, 1.1e-3, 0.9e-3], second=1.5e-3)    # best's runs are noisy
+    t = tuner(clock, algos)
+    t.conv2d(*arrays())
+    (entry,) = t.dispatch_table()
+    assert entry.algo == "best" and entry.runs["second"] == 3 and entry.runs["best"] >= 3
