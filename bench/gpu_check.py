@@ -1,0 +1,311 @@
+"""The GPU check: every GPU algorithm against the float64 reference, then timings against torch's cuDNN.
+
+    python -m bench.gpu_check               # on a machine with a GPU: writes bench/results/gpu-h200.md
+    python -m bench.gpu_check --simulate    # anywhere: a tiny correctness grid under the Numba CUDA simulator
+
+1. Correctness: every algorithm in ``convalgos.cuda.ALGORITHMS`` on a grid of layers (stride, asymmetric
+   padding, dilation, groups, depthwise, 1x1, large kernels), fp32 and fp16, with bias, against
+   ``convalgos.reference`` within the algorithm's tolerance. A failure or exception is reported, never fatal.
+2. Timings (GPU only): every supported algorithm on the distinct conv layers of ResNet-18 (batch 32) and VGG-16
+   (batch 16) at 224x224, fp32, against torch's conv2d with cuDNN benchmark on and off, TF32 off everywhere.
+   Each time is the mean over repeats between two CUDA events recorded after a synchronise. "best" is the
+   fastest convalgos algorithm per layer (what a perfect autotuner picks). Out-of-memory and other errors skip that candidate, with the reason.
+A time budget (TIME_BUDGET_S) keeps the whole run within 6 minutes; what it cut is listed.
+"""
+from __future__ import annotations
+
+import os
+import sys
+
+if "--simulate" in sys.argv[1:] and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+    os.environ["NUMBA_ENABLE_CUDASIM"] = "1"            # must precede numba's first import
+    if "numba" in sys.modules:                           # too late in this process: start afresh
+        os.execve(sys.executable, [sys.executable, "-m", "bench.gpu_check", *sys.argv[1:]], os.environ)
+
+import argparse  # noqa: E402
+import datetime  # noqa: E402
+import platform  # noqa: E402
+import time  # noqa: E402
+import traceback  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+import convalgos  # noqa: E402
+from convalgos import ConvParams, reference  # noqa: E402
+from convalgos import cuda as gpu  # noqa: E402
+from convalgos.backend import simulator_enabled  # noqa: E402
+
+RESULTS = Path(__file__).parent / "results"
+TIME_BUDGET_S = 300
+#: each timed candidate repeats until about this many seconds (at least once, at most MAX_REPEATS).
+TARGET_SECONDS, MAX_REPEATS = 0.05, 20
+
+
+def shapes(N, C, H, K, R, stride=1, padding=None, dilation=1, groups=1, W=None):
+    pad = (R // 2) * dilation if padding is None else padding
+    return dict(x=(N, C, H, W or H), w=(K, C // groups, R, R),
+                kw=dict(stride=stride, padding=pad, dilation=dilation, groups=groups))
+
+
+CHECK_GRID = {
+    "3x3 same": shapes(2, 16, 20, 16, 3),
+    "3x3 stride 2": shapes(2, 16, 21, 32, 3, stride=2),
+    "3x3 asym pad": shapes(2, 8, 17, 8, 3, padding=((0, 2), (1, 0)), W=19),
+    "3x3 dilation 2": shapes(1, 8, 20, 8, 3, dilation=2),
+    "3x3 groups 4": shapes(2, 16, 16, 16, 3, groups=4),
+    "3x3 depthwise": shapes(2, 32, 16, 32, 3, groups=32),
+    "1x1": shapes(2, 32, 14, 64, 1),
+    "1x1 stride 2": shapes(2, 32, 14, 64, 1, stride=2, padding=0),
+    "5x5": shapes(1, 8, 24, 8, 5),
+    "7x7 stride 2": shapes(2, 3, 32, 16, 7, stride=2, padding=3),
+    "11x11 stride 4": shapes(1, 3, 63, 8, 11, stride=4, padding=2),
+}
+SIM_GRID = {
+    "3x3 same": shapes(1, 2, 4, 2, 3),
+    "3x3 asym pad groups": shapes(2, 4, 4, 4, 3, padding=((0, 1), (1, 0)), groups=2),
+    "3x3 stride 2 dilation 2": shapes(1, 2, 7, 2, 3, stride=2, dilation=2),
+    "1x1": shapes(1, 4, 3, 2, 1),
+}
+TIMING_LAYERS = {  # distinct conv layers, 224x224 input
+    "resnet18.conv1 b32": shapes(32, 3, 224, 64, 7, stride=2, padding=3),
+    "resnet18.layer1 b32": shapes(32, 64, 56, 64, 3),
+    "resnet18.layer2.0.conv1 b32": shapes(32, 64, 56, 128, 3, stride=2),
+    "resnet18.layer2.0.down b32": shapes(32, 64, 56, 128, 1, stride=2, padding=0),
+    "resnet18.layer2 b32": shapes(32, 128, 28, 128, 3),
+    "resnet18.layer3.0.conv1 b32": shapes(32, 128, 28, 256, 3, stride=2),
+    "resnet18.layer3 b32": shapes(32, 256, 14, 256, 3),
+    "resnet18.layer4.0.conv1 b32": shapes(32, 256, 14, 512, 3, stride=2),
+    "resnet18.layer4 b32": shapes(32, 512, 7, 512, 3),
+    "vgg16.conv1_1 b16": shapes(16, 3, 224, 64, 3),
+    "vgg16.conv1_2 b16": shapes(16, 64, 224, 64, 3),
+    "vgg16.conv2_2 b16": shapes(16, 128, 112, 128, 3),
+    "vgg16.conv3_2 b16": shapes(16, 256, 56, 256, 3),
+    "vgg16.conv4_2 b16": shapes(16, 512, 28, 512, 3),
+    "vgg16.conv5_1 b16": shapes(16, 512, 14, 512, 3),
+}
+
+
+class Device:
+    """The array module and the clock: CuPy and CUDA events on a GPU, NumPy and wall time in the simulator."""
+
+    def __init__(self):
+        if simulator_enabled():
+            self.xp, self.name = np, "Numba CUDA simulator"
+        else:
+            import cupy
+            self.xp = cupy
+            props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+            name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+            self.name = f"{name} (compute capability {props['major']}.{props['minor']})"
+
+    def asarray(self, a):
+        return self.xp.asarray(a)
+
+    def host(self, a):
+        return a if isinstance(a, np.ndarray) else a.get()
+
+    def free(self):
+        gpu.release_workspaces()
+        if self.xp is not np:
+            self.xp.get_default_memory_pool().free_all_blocks()
+
+    def time(self, fn) -> float:
+        """Mean seconds per call of fn, between CUDA events after a synchronise (one warm-up call first)."""
+        fn()
+        if self.xp is np:
+            t0 = time.perf_counter()
+            fn()
+            return time.perf_counter() - t0
+        cp = self.xp
+        cp.cuda.Device().synchronize()
+        start, end = cp.cuda.Event(), cp.cuda.Event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        once = cp.cuda.get_elapsed_time(start, end) / 1e3
+        repeats = int(max(1, min(MAX_REPEATS, TARGET_SECONDS / max(once, 1e-6))))
+        start.record()
+        for _ in range(repeats):
+            fn()
+        end.record()
+        end.synchronize()
+        return cp.cuda.get_elapsed_time(start, end) / 1e3 / repeats
+
+
+def short_error(e: BaseException) -> str:
+    return f"{type(e).__name__}: {str(e).splitlines()[0][:120] if str(e) else ''}"
+
+
+def check_correctness(dev: Device, grid: dict) -> list[dict]:
+    """One row per (layer, dtype, algorithm): error, tolerance, status."""
+    rows, rng = [], np.random.default_rng(0)
+    for layer, s in grid.items():
+        for dtype in ("float32", "float16"):
+            x = rng.standard_normal(s["x"]).astype(dtype)
+            w = rng.standard_normal(s["w"]).astype(dtype)
+            b = rng.standard_normal(s["w"][0]).astype(dtype)
+            ref = reference.conv2d(x, w, b, **s["kw"])
+            p = ConvParams.from_arrays(x, w, b, **s["kw"])
+            dx, dw, db = dev.asarray(x), dev.asarray(w), dev.asarray(b)
+            for name, algorithm in gpu.ALGORITHMS.items():
+                row = dict(layer=layer, dtype=dtype, algo=name, tol=algorithm.tolerance[dtype], error=None)
+                support = algorithm.supports(p)
+                if not support:
+                    rows.append(dict(row, status="unsupported", note=support.reason))
+                    continue
+                try:
+                    y = dev.host(gpu.conv2d(dx, dw, db, **s["kw"], algo=name))
+                    err = reference.normwise_error(y, ref)
+                    ok = y.dtype == np.dtype(dtype) and err <= row["tol"]
+                    rows.append(dict(row, error=err, status="ok" if ok else "FAIL", note=""))
+                except Exception as e:  # report and go on: one broken algorithm must not hide the others
+                    rows.append(dict(row, status="ERROR", note=short_error(e)))
+                    traceback.print_exc(limit=3)
+                    dev.free()
+    return rows
+
+
+def torch_timer(dev: Device, s: dict, benchmark: bool):
+    """A callable timing torch's conv2d on the layer with cuDNN benchmark on/off, TF32 off; None without torch."""
+    try:
+        import torch
+        if not torch.cuda.is_available():
+            return None
+    except ImportError:
+        return None
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cudnn.benchmark = benchmark
+    x = torch.randn(s["x"], device="cuda")
+    w = torch.randn(s["w"], device="cuda")
+    kw = dict(s["kw"])
+    return lambda: torch.nn.functional.conv2d(x, w, **kw)
+
+
+def time_layers(dev: Device, layers: dict, deadline: float) -> tuple[list[dict], list[str]]:
+    """One row per layer: ms per algorithm (or why not), torch with benchmark off/on, the best convalgos."""
+    rows, cut, rng = [], [], np.random.default_rng(1)
+    for layer, s in layers.items():
+        if time.perf_counter() > deadline:
+            cut.append(layer)
+            continue
+        x = dev.asarray(rng.standard_normal(s["x"]).astype(np.float32))
+        w = dev.asarray(rng.standard_normal(s["w"]).astype(np.float32))
+        p = ConvParams.from_arrays(x, w, **s["kw"])
+        row = dict(layer=layer, gflop=p.flops / 1e9, ms={}, notes={})
+        for name, algorithm in gpu.ALGORITHMS.items():
+            support = algorithm.supports(p)
+            if not support:
+                row["notes"][name] = support.reason
+                continue
+            if time.perf_counter() > deadline:
+                row["notes"][name] = "time budget"
+                continue
+            out = dev.xp.empty(p.out_shape, np.float32)
+            try:
+                row["ms"][name] = 1e3 * dev.time(lambda: gpu.conv2d(x, w, **s["kw"], algo=name, out=out))
+            except Exception as e:  # OOM or a kernel failure: skip this candidate, with the reason
+                row["notes"][name] = short_error(e)
+            dev.free()
+        for label, bench_on in (("cudnn", False), ("cudnn.benchmark", True)):
+            try:
+                fn = torch_timer(dev, s, bench_on)
+                if fn is not None:
+                    row["ms"][label] = 1e3 * dev.time(fn)
+            except Exception as e:
+                row["notes"][label] = short_error(e)
+        ours = {k: v for k, v in row["ms"].items() if k in gpu.ALGORITHMS}
+        row["best"] = min(ours, key=ours.get) if ours else None
+        rows.append(row)
+        del x, w
+        dev.free()
+    return rows, cut
+
+
+def correctness_table(rows: list[dict]) -> str:
+    names = list(gpu.ALGORITHMS)
+    lines = ["| layer | dtype | " + " | ".join(names) + " |", "|---|---|" + "---|" * len(names)]
+    keyed = {(r["layer"], r["dtype"], r["algo"]): r for r in rows}
+    for layer, dtype in dict.fromkeys((r["layer"], r["dtype"]) for r in rows):
+        cells = []
+        for name in names:
+            r = keyed[(layer, dtype, name)]
+            cells.append("-" if r["status"] == "unsupported" else
+                         r["status"] if r["error"] is None else f"{r['error']:.1e} {r['status']}")
+        lines.append(f"| {layer} | {dtype} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def timing_table(rows: list[dict]) -> str:
+    cols = list(gpu.ALGORITHMS) + ["cudnn", "cudnn.benchmark"]
+    lines = ["| layer | GFLOP | " + " | ".join(cols) + " | best |", "|---|---|" + "---|" * (len(cols) + 1)]
+    for r in rows:
+        cells = [f"{r['ms'][c]:.3f}" if c in r["ms"] else ("-" if c in r["notes"] else "") for c in cols]
+        lines.append(f"| {r['layer']} | {r['gflop']:.1f} | " + " | ".join(cells) + f" | {r['best']} |")
+    return "\n".join(lines)
+
+
+def summary(check: list[dict], timing: list[dict]) -> list[str]:
+    bad = [r for r in check if r["status"] in ("FAIL", "ERROR")]
+    runs = [r for r in check if r["status"] != "unsupported"]
+    lines = [f"correctness: {len(runs) - len(bad)}/{len(runs)} runs within tolerance"]
+    for r in bad:
+        error = "" if r["error"] is None else f" error {r['error']:.2e} > {r['tol']:.0e}"
+        lines.append(f"  {r['status']}: {r['algo']} on {r['layer']} {r['dtype']}{error} {r['note']}")
+    for net in ("resnet18", "vgg16"):
+        rows = [r for r in timing if r["layer"].startswith(net) and r["best"]]
+        if rows and all("cudnn.benchmark" in r["ms"] for r in rows):
+            best = sum(r["ms"][r["best"]] for r in rows)
+            cudnn = sum(r["ms"]["cudnn.benchmark"] for r in rows)
+            faster = [r["layer"] for r in rows if r["ms"][r["best"]] < r["ms"]["cudnn.benchmark"]]
+            lines.append(f"{net}: best convalgos {best:.2f} ms vs cuDNN benchmark {cudnn:.2f} ms over its distinct "
+                         f"layers ({best / cudnn:.2f}x); faster than cuDNN on: {', '.join(faster) or 'none'}")
+    return lines
+
+
+def report(dev: Device, check, timing, cut, seconds: float) -> str:
+    today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    parts = [f"# GPU check\n\nDevice: {dev.name}. convalgos {convalgos.__version__}, numpy {np.__version__}, "
+             f"Python {platform.python_version()}. Date: {today}. Run time {seconds:.0f} s. TF32 off.\n",
+             "## Correctness (normwise error vs the float64 reference; '-' unsupported)\n",
+             correctness_table(check)]
+    if timing:
+        parts += ["\n## Times (ms, fp32; mean over repeats between CUDA events)\n", timing_table(timing)]
+    if cut:
+        parts.append(f"\nCut by the time budget: {', '.join(cut)}")
+    parts += ["\n## Summary\n", "\n".join(f"- {line}" for line in summary(check, timing))]
+    return "\n".join(parts) + "\n"
+
+
+def main(argv=None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--simulate", action="store_true", help="tiny grid under the Numba CUDA simulator")
+    parser.add_argument("--out", type=Path, help="the results file (default bench/results/gpu-h200.md)")
+    args = parser.parse_args(argv)
+    start = time.perf_counter()
+    gpu_missing = None
+    try:
+        from convalgos.backend import require_gpu
+        require_gpu()
+    except Exception as e:
+        gpu_missing = str(e)
+    if gpu_missing:
+        print(gpu_missing, file=sys.stderr)
+        return 2
+    dev = Device()
+    check = check_correctness(dev, SIM_GRID if args.simulate else CHECK_GRID)
+    timing, cut = ([], []) if args.simulate else time_layers(dev, TIMING_LAYERS, start + TIME_BUDGET_S)
+    out = args.out or RESULTS / ("gpu-simulated.md" if args.simulate else "gpu-h200.md")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(report(dev, check, timing, cut, time.perf_counter() - start))
+    if timing:
+        print(timing_table(timing))
+    print(f"wrote {out}")
+    print("\n".join(summary(check, timing)))
+    return 0 if all(r["status"] in ("ok", "unsupported") for r in check) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
