@@ -6,7 +6,7 @@ import pytest
 
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, reference
-from convalgos.im2col import Im2col, _fill_patches, is_zero_copy, patch_bytes_per_image
+from convalgos.im2col import Im2col, _fill_patches, is_zero_copy, patch_bytes_per_image, product_bytes_per_image
 from convalgos.reference import normwise_error
 
 IM2COL = ALGORITHMS["im2col"]
@@ -62,7 +62,7 @@ def test_chunking_over_the_batch_gives_the_same_result():
     kw = dict(stride=(1, 2), padding=((2, 0), (1, 1)), dilation=(2, 1), groups=2)
     p = ConvParams.from_arrays(x, w, **kw)
     whole, chunked = Im2col(), Im2col()
-    chunked.workspace_budget_bytes = 2 * patch_bytes_per_image(p) + 1      # chunks of 2, 2, 1 images
+    chunked.workspace_budget_bytes = 2 * (patch_bytes_per_image(p) + product_bytes_per_image(p))  # 2, 2, 1
     assert whole.images_per_chunk(p) == 5 and chunked.images_per_chunk(p) == 2
     y_whole, y_chunked = np.empty(p.out_shape, np.float32), np.full(p.out_shape, np.nan, np.float32)
     one_by_one = Im2col()
@@ -93,8 +93,11 @@ def test_workspace_formula():
     p = ConvParams.from_shapes((32, 16, 32, 32), (16, 16, 3, 3), padding=1)
     assert IM2COL.workspace_bytes(p) == 32 * 16 * 9 * 32 * 32 * 4 + 32 * 16 * 32 * 32 * 4
     p = ConvParams.from_shapes((32, 64, 32, 32), (64, 64, 3, 3), padding=1, dtype="float64")
-    nb = (64 << 20) // (64 * 9 * 32 * 32 * 8)
-    assert nb == 14 and IM2COL.workspace_bytes(p) == nb * (64 * 9 + 64) * 32 * 32 * 8
+    nb = (64 << 20) // ((64 * 9 + 64) * 32 * 32 * 8)                 # patch matrix and product, per image
+    assert nb == 12 and IM2COL.workspace_bytes(p) == nb * (64 * 9 + 64) * 32 * 32 * 8
+    # the N=64, C=3, 256x256 layer: chunks of 2 images keep the 64-channel product buffer within the budget
+    p = ConvParams.from_shapes((64, 3, 256, 256), (64, 3, 3, 3), padding=1)
+    assert IM2COL.images_per_chunk(p) == 2 and IM2COL.workspace_bytes(p) == 2 * (27 + 64) * 256 * 256 * 4 <= 64 << 20
 
 
 def test_workspace_formula_is_what_forward_allocates():
