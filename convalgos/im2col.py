@@ -34,8 +34,9 @@ when nb > 1, the product buffer nb * K * Ho*Wo * itemsize; 0 for the zero-copy 1
 Chunking. nb is as many images as let the patch matrix and the product buffer fit in
 ``workspace_budget_bytes`` (64 MiB), at least one and at most N, so a layer whose single patch matrix is larger
 than the budget still runs, one image at a time (VGG-16's 64->64 3x3 layer at 224x224 takes 115 MB).
-Per chunk: fill P (a Numba kernel, parallel over the (image, tap row) pairs), then the GEMM(s). Each output column is the same dot product whatever nb is, and
-the tests check the result is bitwise the same for any chunking.
+Per chunk: fill P (a Numba kernel, parallel over the (image, tap row) pairs), then the GEMM(s). Each output
+column is the same dot product whatever nb is, and the tests check the result is bitwise the same for any
+chunking.
 
 Constraints: none; any stride, asymmetric padding, dilation, groups (depthwise included); float32 and float64
 (float16 is computed in float32 by ``conv2d``). Deterministic: OpenBLAS is repeatable at a fixed thread count.
