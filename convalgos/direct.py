@@ -151,6 +151,13 @@ def _add_taps3(acc, xa, wa, xb, wb, xc, wc):
 
 
 @njit(cache=True, fastmath={"contract"}, inline="always")
+def _set_taps3(acc, xa, wa, xb, wb, xc, wc):
+    """acc[t] = wa*xa[t] + wb*xb[t] + wc*xc[t]."""
+    for t in range(acc.size):
+        acc[t] = wa * xa[t] + wb * xb[t] + wc * xc[t]
+
+
+@njit(cache=True, fastmath={"contract"}, inline="always")
 def _add_tap(acc, xa, wa):
     """acc[t] += wa * xa[t]."""
     for t in range(acc.size):
@@ -163,9 +170,16 @@ def _accumulate(xq, w, taps, n, k, c0, first, acc):
 
     xq: (N, C, phase planes) flat; w: (K, Cg*R*S). Three taps per pass over acc."""
     n_taps = w.shape[1]
-    for t in range(acc.size):
-        acc[t] = 0.0
     q = 0
+    if n_taps >= 3:                              # the first three taps set acc, so it needs no zeroing
+        xa = xq[n, c0 + taps[0, 0], first + taps[1, 0]:]
+        xb = xq[n, c0 + taps[0, 1], first + taps[1, 1]:]
+        xc = xq[n, c0 + taps[0, 2], first + taps[1, 2]:]
+        _set_taps3(acc, xa, w[k, 0], xb, w[k, 1], xc, w[k, 2])
+        q = 3
+    else:
+        for t in range(acc.size):
+            acc[t] = 0.0
     while q + 3 <= n_taps:
         xa = xq[n, c0 + taps[0, q], first + taps[1, q]:]
         xb = xq[n, c0 + taps[0, q + 1], first + taps[1, q + 1]:]
