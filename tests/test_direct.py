@@ -38,8 +38,8 @@ def test_polyphase_split_strides_dilations_paddings(kw):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=1), dict(stride=(2, 1), padding=((0, 2), (1, 0))),
-                                dict(dilation=2, padding=(2, 1))])
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=1),
+                                dict(stride=(2, 1), padding=((0, 2), (1, 0))), dict(dilation=2, padding=(2, 1))])
 def test_depthwise_channels_last_path(dtype, kw):
     C = CHANNELS_LAST_MIN_C + 3
     p = ConvParams.from_shapes((2, C, 7, 9), (C, 1, 3, 3), groups=C, **kw)
