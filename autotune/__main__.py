@@ -7,9 +7,11 @@ Steps: build the model (seeded), run one forward pass with the autotuner (a prog
 this pass tunes every new key), print per conv layer its shape and choice and then the dispatch table's
 report (every candidate's time, error, workspace, skip reasons), then time whole forward passes in
 interleaved rounds: autotuned, every conv forced to each single algorithm, and every conv computed by
-torch's conv2d when torch is installed (torch gets numba's thread count). An algorithm that cannot run
-every conv of the model is reported as n/a with the number of layers it does not support (no silent
-fallback to another algorithm), so "best single algorithm" means the best one that runs the whole model.
+torch's conv2d when torch is installed (torch gets numba's thread count). A forced pass still running at 3x
+the autotuned pass is abandoned and reported as such (it cannot be the best single algorithm). An algorithm
+that cannot run every conv of the model is reported as n/a with the number of layers it does not support (no
+silent fallback to another algorithm), so "best single algorithm" means the best one that runs the whole
+model.
 With a warm ``--cache`` the tuning pass times nothing: every key is a cache hit.
 """
 from __future__ import annotations
@@ -175,13 +177,46 @@ def unsupported_layers(name, layer_params) -> list[str]:
     return [algorithm.supports(p).reason for p in layer_params if not algorithm.supports(p)]
 
 
-def time_passes(model, x, passes: dict, rounds: int, budget_s: float = 30.0) -> dict:
-    """name -> median seconds of a whole forward pass with every conv set to passes[name]; interleaved.
+class Abandoned(Exception):
+    """A forced pass ran past its deadline (3x the autotuned pass) and was stopped."""
 
-    Round 0 warms every pass up (JIT loading, workspaces) and is not counted. A pass more than 3x slower than
-    the autotuned one in that round is timed once more only; the others up to ``rounds`` times while the
-    timed rounds stay within ``budget_s`` (at least once), so the slow FFT passes cannot stretch a run; fast
-    passes go on past ``rounds`` until the timed rounds have taken 0.3 s per requested round.
+
+def jit_warmup(layer_params, dtype):
+    """Run every algorithm once on a small copy of each distinct layer (same channels, kernel, stride,
+    padding, groups; at most 16x16 unless the kernel needs more), so Numba compilation or cache loading is
+    not charged to the first timed pass."""
+    rng = np.random.default_rng(1)
+    for p in layer_params:
+        h, w = (min(size, max(16, extent)) for size, extent in zip((p.H, p.W), p.kernel_extent))
+        x = rng.standard_normal((1, p.C, h, w)).astype(dtype)
+        weight = rng.standard_normal((p.K, p.Cg, p.R, p.S)).astype(dtype)
+        for name, algorithm in ALGORITHMS.items():
+            small = ConvParams.from_arrays(x, weight, stride=p.stride, padding=p.padding, dilation=p.dilation,
+                                           groups=p.groups)
+            if algorithm.supports(small):
+                convalgos.conv2d(x, weight, stride=p.stride, padding=p.padding, dilation=p.dilation,
+                                 groups=p.groups, algo=name)
+
+
+def with_deadline(algo, deadline: float, done: list):
+    """``algo`` (a name or a conv2d-like callable) as a callable that raises Abandoned past ``deadline``."""
+    def conv(x, *args):
+        if time.perf_counter() > deadline:
+            raise Abandoned
+        y = algo(x, *args) if callable(algo) else convalgos.conv2d(x, *args, algo=algo)
+        done.append(1)
+        return y
+    return conv
+
+
+def time_passes(model, x, passes: dict, rounds: int, budget_s: float = 30.0):
+    """(name -> median seconds of a whole forward pass with every conv set to passes[name], name -> why a pass
+    was abandoned); interleaved rounds.
+
+    Round 0 warms every pass up (workspaces) and is not counted; there a forced pass still running at 3x the
+    autotuned pass's time is abandoned (the tuner's rule, applied to the whole pass), so the slow FFT passes
+    cannot stretch a run. The others are timed ``rounds`` times while the timed rounds stay within
+    ``budget_s`` (at least once), and on until they have taken 0.3 s per requested round.
     """
     def once(algo):
         with nn.use_algorithm(model, algo):
@@ -189,15 +224,23 @@ def time_passes(model, x, passes: dict, rounds: int, budget_s: float = 30.0) -> 
             model(x)
             return time.perf_counter() - start
 
-    warm = {name: once(algo) for name, algo in passes.items()}
-    samples = {name: [] for name in passes}
+    auto = once(passes["autotuned"])
+    abandoned = {}
+    for name, algo in list(passes.items())[1:]:
+        done, start = [], time.perf_counter()
+        try:
+            once(with_deadline(algo, start + 3 * auto, done))
+        except Abandoned:
+            abandoned[name] = (f"abandoned: still running at 3x the autotuned pass "
+                               f"({(time.perf_counter() - start) * 1e3:.0f} ms, {len(done)} conv calls done)")
+    kept = {name: algo for name, algo in passes.items() if name not in abandoned}
+    samples = {name: [] for name in kept}
     start, r, min_s = time.perf_counter(), 0, 0.3 * rounds
     while r < 1 or (time.perf_counter() - start < (budget_s if r < rounds else min_s)):
-        for name, algo in passes.items():
-            if r == 0 or warm[name] <= 3 * warm["autotuned"]:
-                samples[name].append(once(algo))
+        for name, algo in kept.items():
+            samples[name].append(once(algo))
         r += 1
-    return {name: float(np.median(s)) for name, s in samples.items()}
+    return {name: float(np.median(s)) for name, s in samples.items()}, abandoned
 
 
 # ---- the dispatch table, per layer --------------------------------------------------------------------------
@@ -231,7 +274,7 @@ def layer_lines(calls, entries) -> list[str]:
     return lines
 
 
-def summary(times: dict, na: dict, tuning_s: float, hits: int, tuned: int) -> tuple[list[str], dict]:
+def summary(times: dict, na: dict, abandoned: dict, tuning_s: float, hits: int, tuned: int):
     auto = times["autotuned"]
     singles = {n: t for n, t in times.items() if n in ALGORITHMS}
     best = min(singles, key=singles.get) if singles else None
@@ -240,13 +283,18 @@ def summary(times: dict, na: dict, tuning_s: float, hits: int, tuned: int) -> tu
     for name in ALGORITHMS:
         if name in singles:
             lines.append(f"  forced {name:<14} {singles[name] * 1e3:10.2f} ms  ({singles[name] / auto:.2f}x autotuned)")
+        elif name in abandoned:
+            lines.append(f"  forced {name:<14}     > {3 * auto * 1e3:.0f} ms  ({abandoned[name]})")
         else:
             lines.append(f"  forced {name:<14}        n/a  (unsupported on {len(na[name])} layer(s): {na[name][0]})")
     totals = {"tuning_seconds": tuning_s, "keys_tuned": tuned, "keys_reused": hits, "autotuned_seconds": auto,
-              "forced_seconds": singles, "unsupported_layers": {n: len(v) for n, v in na.items()}}
+              "forced_seconds": singles, "unsupported_layers": {n: len(v) for n, v in na.items()},
+              "abandoned": abandoned}
     if best:
         lines.append(f"speedup over the best single algorithm ({best}): {singles[best] / auto:.2f}x")
         totals.update(best_single=best, speedup_over_best_single=singles[best] / auto)
+    if "torch" in abandoned:
+        lines.append(f"  torch conv2d: {abandoned['torch']}")
     if "torch" in times:
         lines.append(f"  torch conv2d           {times['torch'] * 1e3:10.2f} ms")
         lines.append(f"speedup over torch's conv2d: {times['torch'] / auto:.2f}x")
@@ -318,9 +366,10 @@ def main(argv=None) -> int:
         torch_conv = torch_conv2d() if args.dtype != "float16" else None
         if torch_conv is not None:
             passes["torch"] = torch_conv
-        times = time_passes(model, x, passes, args.rounds)
+        jit_warmup(layer_params, args.dtype)
+        times, abandoned = time_passes(model, x, passes, args.rounds)
     tuned = after.misses - before.misses
-    lines, totals = summary(times, na, tuning_s, len(log.calls) - tuned, tuned)
+    lines, totals = summary(times, na, abandoned, tuning_s, len(log.calls) - tuned, tuned)
     print("\n" + "\n".join(lines))
     if args.json:
         write_json(args, shape, flags, log.calls, layer_params, entries, totals)
