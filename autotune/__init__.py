@@ -14,6 +14,7 @@ import types
 
 from .table import CacheInfo, DispatchTable, Entry, Key
 from .tuner import ENV, Tuner
+from . import gpu  # noqa: F401  (registers the GPU device: CuPy arrays tune on the GPU)
 
 _default = Tuner(cache_path=ENV)
 

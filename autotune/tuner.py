@@ -77,6 +77,22 @@ class CpuDevice:
     def threads(self) -> int:
         return numba.get_num_threads()
 
+    # what a GPU device (autotune.gpu) does differently: where arrays are made and run, what skips a candidate
+    failures: tuple = ()          # exceptions that skip a candidate (a GPU adds out-of-memory)
+    last_workspace = None         # bytes the last run newly allocated, where the device measures it
+
+    def empty(self, shape, dtype):
+        return np.empty(shape, dtype)
+
+    def run(self, algorithm, x, weight, bias, p, out=None):
+        return run(algorithm, x, weight, bias, p, out)
+
+    def host(self, a):
+        return a
+
+    def release(self) -> None:
+        """Free what a failed candidate left behind."""
+
 
 DEVICES = [CpuDevice()]
 
@@ -165,10 +181,11 @@ class Tuner:
         if out is not None and (tuple(out.shape) != p.out_shape or out.dtype != x.dtype):
             raise ValueError(f"out must be a {x.dtype} array of shape {p.out_shape}, "
                              f"got {out.dtype} of shape {tuple(out.shape)}")
+        device = device_of(x)
         if p.N == 0:
-            return np.empty(p.out_shape, x.dtype) if out is None else out
+            return device.empty(p.out_shape, x.dtype) if out is None else out
         entry = self.entry_for(x, weight, p)
-        return run(self.algorithms[entry.algo], x, weight, bias, p, out)
+        return device.run(self.algorithms[entry.algo], x, weight, bias, p, out)
 
     def entry_for(self, x, weight, p: ConvParams) -> Entry:
         """The table's entry for this call, made (by heuristic or tuning) on a miss."""
@@ -293,12 +310,19 @@ class Tuner:
                 skipped[name] = f"benchmark_limit={self.benchmark_limit}: ranked {rank} by rule {rule!r}"
             ranked = ranked[:self.benchmark_limit]
         entry = Entry(key, "", "benchmark", rule=rule, workspace=workspace, skipped=skipped)
-        p, out = key.params, np.empty(key.params.out_shape, x.dtype)
-        calls = {name: (lambda a=self.algorithms[name]: run(a, x, weight, None, p, out)) for name in ranked}
-        checker = ReferenceCheck(x, weight, p)
+        p, out = key.params, device.empty(key.params.out_shape, x.dtype)
+        calls = {name: (lambda a=self.algorithms[name]: device.run(a, x, weight, None, p, out)) for name in ranked}
+        checker = ReferenceCheck(device.host(x), device.host(weight), p)
         for name in ranked:
-            entry.warmup[name] = timer.time(calls[name])
-            entry.errors[name] = checker.error(out)
+            try:
+                entry.warmup[name] = timer.time(calls[name])
+            except device.failures as e:
+                skipped[name] = f"failed: {type(e).__name__}: {e}"
+                device.release()
+                continue
+            if device.last_workspace is not None:
+                workspace[name] = device.last_workspace
+            entry.errors[name] = checker.error(device.host(out))
             tolerance = self.algorithms[name].tolerance[p.dtype]
             if not entry.errors[name] <= tolerance:
                 skipped[name] = (f"rejected: normwise error {entry.errors[name]:.1e} exceeds its {p.dtype} "
