@@ -16,4 +16,5 @@ def test_gpu_check_simulate(tmp_path):
     text = out.read_text()
     assert "Device: Numba CUDA simulator" in text and "FAIL" not in text and "ERROR" not in text
     assert "implicit_gemm" in text and "winograd_6x6" in text
+    assert "| resnet18.tiny |" in text and "autotune pick" in text
     assert "correctness: 52/52 runs within tolerance" in done.stdout

@@ -49,7 +49,8 @@ class DeviceWorkspace:
         self.max_bytes = max_bytes
         self._buffers: OrderedDict = OrderedDict()
 
-    def get(self, xp, tag: str, shape, dtype, zero: bool = False):
+    def get(self, tag: str, shape, dtype, zero: bool = False, xp=np):
+        """A buffer of this shape and dtype from module xp, reused when one is kept (the CPU Workspace's call)."""
         key = (xp.__name__, tag, tuple(int(s) for s in shape), np.dtype(dtype).str)
         buf = self._buffers.pop(key, None)
         if buf is None:
@@ -97,7 +98,7 @@ class GPUAlgorithm(Algorithm):
 
     def buffer(self, like, tag: str, shape, dtype=None, zero: bool = False):
         """A reused device buffer allocated by the array module of ``like``."""
-        return self.workspace.get(array_module(like), tag, shape, like.dtype if dtype is None else dtype, zero)
+        return self.workspace.get(tag, shape, like.dtype if dtype is None else dtype, zero, xp=array_module(like))
 
     def __repr__(self) -> str:
         return f"<gpu algorithm {self.name}>"
