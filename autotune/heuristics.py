@@ -69,3 +69,10 @@ class Heuristics:
                 order = {name: i for i, name in enumerate(rule["order"])}
                 return sorted(names, key=lambda n: (order.get(n, len(order)), names.index(n))), rule["name"]
         return names, "registration order"
+
+    def slowdowns(self, rule_name: str, names) -> dict:
+        """name -> its measured score in that rule over the best score among ``names`` (where measured)."""
+        rule = next((r for r in self.rules if r["name"] == rule_name), {})
+        score = {n: rule.get("score", {})[n] for n in names if n in rule.get("score", {})}
+        best = min(score.values(), default=1.0)
+        return {n: s / best for n, s in score.items()}

@@ -4,7 +4,9 @@ Benchmark mode, for a new key (what ``torch.backends.cudnn.benchmark = True`` do
 
 1. Candidates: every algorithm whose ``supports(p)`` holds, minus those over ``workspace_limit``, minus the
    non-deterministic ones when ``deterministic``; ranked by the heuristic; ``benchmark_limit`` keeps the best
-   ranked N. Every exclusion is recorded with its reason.
+   ranked N; ``prune_ratio`` drops those the heuristic's measurements (heuristics.json) found that many
+   times slower than the best of the layer's class: one run of a 40x slower FFT costs 40 runs of the winner.
+   Every exclusion is recorded with its reason.
 2. Each candidate runs once on the real input as a warm-up (JIT compilation included, reported apart) and
    its output is checked against the float64 reference; one outside its tolerance is rejected.
 3. Timed rounds, interleaved over the candidates (one run of each per round, so drift on a shared machine
@@ -134,7 +136,7 @@ class Tuner:
     def __init__(self, algorithms=None, *, benchmark=False, deterministic=False, benchmark_limit=None,
                  workspace_limit=None, timer=None, heuristics=None, cache_path=None, time_budget=1.0,
                  min_runs=3, max_runs=50, precision=0.01, abandon_ratio=3.0, settle_ratio=1.1,
-                 tie_tolerance=0.01):
+                 tie_tolerance=0.01, prune_ratio=10.0):
         self.algorithms = convalgos.ALGORITHMS if algorithms is None else algorithms
         self.benchmark, self.deterministic = benchmark, deterministic
         self.benchmark_limit, self.workspace_limit = benchmark_limit, workspace_limit
@@ -142,7 +144,7 @@ class Tuner:
         self.heuristics = Heuristics.from_file() if heuristics is None else heuristics
         self.time_budget, self.min_runs, self.max_runs = time_budget, min_runs, max_runs
         self.precision, self.abandon_ratio, self.tie_tolerance = precision, abandon_ratio, tie_tolerance
-        self.settle_ratio = settle_ratio
+        self.settle_ratio, self.prune_ratio = settle_ratio, prune_ratio
         self._table: dict = {}
         self._foreign: list = []          # cache-file entries of another machine or version, kept for saving
         self._notes: list = []
@@ -309,6 +311,12 @@ class Tuner:
             for rank, name in enumerate(ranked[self.benchmark_limit:], self.benchmark_limit + 1):
                 skipped[name] = f"benchmark_limit={self.benchmark_limit}: ranked {rank} by rule {rule!r}"
             ranked = ranked[:self.benchmark_limit]
+        if self.prune_ratio is not None:
+            for name, slowdown in self.heuristics.slowdowns(rule, ranked).items():
+                if slowdown >= self.prune_ratio:
+                    skipped[name] = (f"pruned: rule {rule!r} measured it {slowdown:.1f}x slower than the best "
+                                     f"of its class (prune_ratio={self.prune_ratio})")
+            ranked = [n for n in ranked if n not in skipped]
         entry = Entry(key, "", "benchmark", rule=rule, workspace=workspace, skipped=skipped)
         p, out = key.params, device.empty(key.params.out_shape, x.dtype)
         calls = {name: (lambda a=self.algorithms[name]: device.run(a, x, weight, None, p, out)) for name in ranked}

@@ -259,3 +259,17 @@ def test_clearly_slower_candidate_stops_at_min_runs_the_best_refines():
     t.conv2d(*arrays())
     (entry,) = t.dispatch_table()
     assert entry.algo == "best" and entry.runs["second"] == 3 and entry.runs["best"] >= 3
+
+
+def test_prune_ratio_skips_what_the_heuristic_measured_far_slower():
+    clock = FakeClock()
+    algos = fakes(clock, a=1e-3, b=2e-3, c=1e-4)
+    rules = Heuristics({"rules": [{"name": "r", "when": {}, "order": ["a", "b", "c"],
+                                   "score": {"a": 1.0, "b": 2.0, "c": 12.0}}]})
+    t = tuner(clock, algos, heuristics=rules)
+    t.conv2d(*arrays())
+    (entry,) = t.dispatch_table()
+    assert entry.algo == "a" and algos["c"].calls == 0 and entry.skipped["c"].startswith("pruned: rule 'r' measured")
+    t = tuner(clock, algos, heuristics=rules, prune_ratio=None)
+    t.conv2d(*arrays())
+    assert [e.algo for e in t.dispatch_table()] == ["c"]
