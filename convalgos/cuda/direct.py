@@ -19,6 +19,7 @@ from __future__ import annotations
 import functools
 import math
 
+import numba
 import numpy as np
 from numba import cuda
 
@@ -35,7 +36,7 @@ PATCH_W = 256
 @functools.lru_cache(maxsize=None)
 def direct_kernel(dtype: str):
     """The direct kernel for one compute dtype (compiled once per dtype)."""
-    nb_dtype = getattr(np, dtype)
+    nb_dtype = numba.from_dtype(np.dtype(dtype))
 
     @cuda.jit
     def kernel(x, w, out, top, left, sh, sw, dh, dw, s_chunk, k_blocks):

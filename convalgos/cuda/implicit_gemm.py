@@ -18,6 +18,7 @@ from __future__ import annotations
 import functools
 import math
 
+import numba
 import numpy as np
 from numba import cuda
 
@@ -34,7 +35,7 @@ SIM_TILE = 4
 @functools.lru_cache(maxsize=None)
 def implicit_gemm_kernel(dtype: str, T: int):
     """The tiled kernel for one compute dtype and tile edge T (compiled once per pair)."""
-    nb_dtype = getattr(np, dtype)
+    nb_dtype = numba.from_dtype(np.dtype(dtype))
 
     @cuda.jit
     def kernel(x, w, out, top, left, sh, sw, dh, dw):

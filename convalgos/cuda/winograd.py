@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import functools
 
+import numba
 import numpy as np
 from numba import cuda
 
@@ -32,7 +33,7 @@ from .base import GPUAlgorithm, launch_1d
 @functools.lru_cache(maxsize=None)
 def input_transform_kernel(dtype: str, m: int):
     """V[a, b, c, tile] = (B^T d B)[a, b] for the alpha x alpha tile d at (tile row * m, tile col * m)."""
-    alpha, nb_dtype = m + 2, getattr(np, dtype)
+    alpha, nb_dtype = m + 2, numba.from_dtype(np.dtype(dtype))
 
     @cuda.jit
     def kernel(x, BT, V, top, left, tiles_h, tiles_w):
@@ -68,7 +69,7 @@ def input_transform_kernel(dtype: str, m: int):
 @functools.lru_cache(maxsize=None)
 def output_transform_kernel(dtype: str, m: int):
     """out tile = A^T M[:, :, k, tile] A, pixels inside the output only."""
-    alpha, nb_dtype = m + 2, getattr(np, dtype)
+    alpha, nb_dtype = m + 2, numba.from_dtype(np.dtype(dtype))
 
     @cuda.jit
     def kernel(M, AT, out, tiles_h, tiles_w):
