@@ -101,3 +101,18 @@ def test_bad_input_validated_like_the_cpu():
         gpu.conv2d(x, device(np.zeros((2, 2, 3, 3), np.float32)))
     with pytest.raises(TypeError, match="x must be a CuPy"):
         gpu.conv2d([[1.0]], device(np.zeros((2, 3, 3, 3), np.float32)))
+
+
+def test_launch_geometry_beyond_one_block(monkeypatch):
+    """Several 8x8 direct tiles per image; implicit_gemm with the GPU's 16x16 tile; a stride wider than
+    direct's shared patch row (its tile narrows)."""
+    from convalgos.cuda import implicit_gemm
+    monkeypatch.setattr(implicit_gemm, "SIM_TILE", implicit_gemm.TILE)
+    rng = np.random.default_rng(3)
+    cases = [("direct", (1, 2, 11, 10), (5, 2, 3, 3), dict(padding=((1, 0), (0, 2)))),
+             ("implicit_gemm", (1, 3, 5, 5), (17, 3, 3, 3), dict(padding=1)),
+             ("direct", (1, 1, 3, 300), (1, 1, 1, 3), dict(stride=(1, 100)))]
+    for name, xs, ws, kw in cases:
+        x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
+        y = host(gpu.conv2d(device(x), device(w), **kw, algo=name))
+        assert reference.normwise_error(y, reference.conv2d(x, w, **kw)) <= 5e-6, (name, xs)
