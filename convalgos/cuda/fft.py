@@ -28,7 +28,6 @@ import functools
 import math
 from dataclasses import dataclass
 
-import numpy as np
 from numba import cuda
 
 from ..backend import array_module

@@ -5,7 +5,7 @@ import pytest
 import convalgos
 from convalgos import cuda as gpu
 from convalgos import reference
-from convalgos.backend import array_module, simulator_enabled
+from convalgos.backend import simulator_enabled
 
 # (N, C, H, W, K, R, S, stride, padding, dilation, groups): tiny, covering what each feature touches.
 LAYERS = [
