@@ -21,6 +21,7 @@ def run_cli(*args, timeout=240):
 
 @pytest.mark.parametrize("model, batch", [("lenet5", 4), ("resnet20", 2)])
 def test_cli_end_to_end_with_a_cold_then_warm_cache(tmp_path, model, batch):
+    """A cold run tunes every distinct conv once; the warm run (same cache) tunes nothing, same choices."""
     cache, cold, warm = tmp_path / "cache.json", tmp_path / "cold.json", tmp_path / "warm.json"
     common = ["--model", model, "--batch", str(batch), "--size", SIZES[model], "--rounds", "1",
               "--cache", str(cache)]
