@@ -74,6 +74,12 @@ def channels_last(p: ConvParams) -> bool:
             and p.out_hw[0] * p.out_hw[1] <= CHANNELS_LAST_MAX_PLANE)
 
 
+def column_split(p: ConvParams) -> int:
+    """Elements of one thread's column-phase copy of a plane on the depthwise path (none for stride 1)."""
+    sw = p.stride[1]
+    return p.H * sw * ((p.W + sw - 1) // sw) if sw > 1 else 0
+
+
 def padded_extent(p: ConvParams) -> tuple[int, int]:
     """(Hp, Wp): the part of the zero-padded input that the outputs read (the channels-last copy)."""
     (sh, sw), (dh, dw), (Ho, Wo) = p.stride, p.dilation, p.out_hw
@@ -222,23 +228,136 @@ def _direct(xq, w, taps, rows, acc, out):
             _row_block(xq, n, (k // Kg) * Cg, w, taps, n, k, i0, Wq, block, out)
 
 
-@njit(parallel=True, cache=True)
-def _depthwise(x, w, taps, top, left, sh, sw, Hq, rows, planes, acc, out):
-    """out = the depthwise (Cg = 1) convolution; one item is a plane (n, k), split into the thread's own
-    phase buffer planes[thread] (1, 1, sh*sw*Hq*Wq) just before its rows are computed, so it is read hot."""
+@njit(cache=True)
+def _column_taps(S, dw, left, sw, W, Wo, cols):
+    """cols[:, s] = (p, base, j0, j1) of column tap s: output column j reads column j + base of column phase p
+    (the input columns p, p + sw, p + 2*sw, ...), which lies inside x for j0 <= j < j1."""
+    for s in range(S):
+        offset = s * dw - left
+        p, base = offset % sw, offset // sw
+        count = (W - p + sw - 1) // sw                 # input columns in phase p
+        j0 = min(Wo, max(0, -base))
+        cols[0, s], cols[1, s], cols[2, s], cols[3, s] = p, base, j0, max(j0, min(Wo, count - base))
+
+
+@njit(cache=True, inline="always")
+def _split_columns(src, H, W, sw, Wc, dst):
+    """dst[(ih*sw + p)*Wc + q] = src[ih*W + q*sw + p]: each row of the flat plane src as its sw column phases."""
+    for ih in range(H):
+        for p in range(sw):
+            row, line = dst[(ih * sw + p) * Wc:], src[ih * W + p:]
+            for q in range((W - p + sw - 1) // sw):
+                row[q] = line[q * sw]
+
+
+@njit(cache=True, inline="always")
+def _row_taps(w, k, i, cols, R, H, sh, dh, top, sw, Wc, tw, toff, tj):
+    """The taps of output row i that read inside x: weight tw[t], source offset toff[t] (output column j reads
+    toff[t] + j of the plane) and valid columns tj[0, t] <= j < tj[1, t]. The list is padded to a multiple of
+    three with zero-weight copies of its last tap. Returns its length."""
+    S, t = cols.shape[1], 0
+    for r in range(R):
+        ih = i * sh + r * dh - top
+        if 0 <= ih < H:
+            for s in range(S):
+                tw[t], toff[t] = w[k, r * S + s], (ih * sw + cols[0, s]) * Wc + cols[1, s]
+                tj[0, t], tj[1, t] = cols[2, s], cols[3, s]
+                t += 1
+    while t % 3 != 0:
+        tw[t], toff[t], tj[0, t], tj[1, t] = 0.0, toff[t - 1], tj[0, t - 1], tj[1, t - 1]
+        t += 1
+    return t
+
+
+@njit(cache=True, inline="always")
+def _border_column(src, n_taps, tw, toff, tj, j, shift):
+    """The sum over the taps t valid at output column j of tw[t] * src[toff[t] + shift + j]."""
+    v = 0.0
+    for t in range(n_taps):
+        if tj[0, t] <= j < tj[1, t]:
+            v += tw[t] * src[toff[t] + shift + j]
+    return v
+
+
+@njit(cache=True, inline="always")
+def _next_taps3(dst, prev, xa, wa, xb, wb, xc, wc):
+    """dst[t] = prev[t] + wa*xa[t] + wb*xb[t] + wc*xc[t]: written to another array than it reads, which
+    LLVM vectorises (an in-place acc[t] += ... it leaves scalar)."""
+    for t in range(dst.size):
+        dst[t] = prev[t] + wa * xa[t] + wb * xb[t] + wc * xc[t]
+
+
+@njit(cache=True, inline="always")
+def _tap_passes(src, first, n_taps, tw, toff, partial, dst):
+    """dst[m] = sum over taps t of tw[t] * src[toff[t] + first + m] (n_taps a multiple of three): branch-free
+    passes of three taps each, ping-ponging between the two rows of partial, the last one into dst."""
+    for t in range(0, n_taps, 3):
+        to = dst if t + 3 == n_taps else partial[(t // 3) % 2, :dst.size]
+        xa, xb, xc = src[toff[t] + first:], src[toff[t + 1] + first:], src[toff[t + 2] + first:]
+        if t == 0:
+            _set_taps3(to, xa, tw[t], xb, tw[t + 1], xc, tw[t + 2])
+        else:
+            _next_taps3(to, partial[(t // 3 + 1) % 2], xa, tw[t], xb, tw[t + 1], xc, tw[t + 2])
+    if n_taps == 0:
+        dst[:] = 0.0
+
+
+@njit(cache=True, inline="always")
+def _common_columns(n_taps, tj, Wo):
+    """[J0, J1): the output columns where every tap is valid."""
+    J0, J1 = 0, Wo
+    for t in range(n_taps):
+        J0, J1 = max(J0, tj[0, t]), min(J1, tj[1, t])
+    return J0, max(J0, J1)
+
+
+@njit(cache=True, inline="always")
+def _fix_borders(src, n_taps, tw, toff, tj, J0, J1, shift, orow):
+    """orow[j] for the columns outside [J0, J1), one by one (row taps offset by shift)."""
+    for j in range(J0):
+        orow[j] = _border_column(src, n_taps, tw, toff, tj, j, shift)
+    for j in range(J1, orow.size):
+        orow[j] = _border_column(src, n_taps, tw, toff, tj, j, shift)
+
+
+@njit(parallel=True, cache=True, fastmath={"contract"})
+def _depthwise(x, w, cols, R, H, W, sh, dh, top, sw, split, partial, out):
+    """out = the depthwise (Cg = 1) convolution, read straight from x; x: (N, C, H*W), w: (K, R*S), out:
+    (N, K, Ho, Wo), cols: ``_column_taps``; partial[thread]: (2, Ho*Wo). One item is a plane (n, k); each
+    thread takes an equal share of the planes. For sw > 1 the plane is first split into its column phases in
+    the thread's own buffer split[thread], so passes are contiguous. When sh = sw = 1 and Wo = W, output
+    (i, j) and its taps are the same distance apart in the flat plane for every row, so the rows [I0, I1)
+    whose taps all lie inside x are one flat pass per three taps (the columns that wrap are redone after);
+    other rows are computed one by one."""
     N, C = x.shape[0], x.shape[1]
-    K, Ho = out.shape[1], out.shape[2]
-    Wq = acc.shape[1] // rows
-    n_threads = acc.shape[0]
+    K, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
+    Wc, n_threads, most = (W + sw - 1) // sw, split.shape[0], R * cols.shape[1] + 2
+    flat = sh == 1 and sw == 1 and Wo == W
+    I0 = min(Ho, top) if flat else 0                        # the rows whose taps all lie inside x
+    I1 = max(I0, min(Ho, H + top - (R - 1) * dh)) if flat else 0
     for thread in prange(n_threads):
+        tw, toff, tj = np.empty(most, w.dtype), np.empty(most, np.int64), np.empty((2, most), np.int64)
         start, stop = _share(N * K, thread, n_threads)
-        xq = planes[thread]
         for item in range(start, stop):
             n, k = item // K, item % K
-            _split_plane(x[n, k // (K // C)], top, left, sh, sw, Hq, Wq, xq[0, 0])
-            for i0 in range(0, Ho, rows):
-                block = acc[thread, :min(rows, Ho - i0) * Wq]
-                _row_block(xq, 0, 0, w, taps, n, k, i0, Wq, block, out)
+            src, plane = x[n, k // (K // C)], out[n, k]
+            if sw > 1:
+                _split_columns(src, H, W, sw, Wc, split[thread])
+                src = split[thread]
+            if I1 > I0:
+                valid = _row_taps(w, k, I0, cols, R, H, sh, dh, top, sw, Wc, tw, toff, tj)
+                J0, J1 = _common_columns(valid, tj, Wo)
+                rows = plane.reshape(Ho * Wo)[I0 * Wo + J0:(I1 - 1) * Wo + J1]
+                _tap_passes(src, J0, valid, tw, toff, partial[thread], rows)
+                for i in range(I0, I1):
+                    _fix_borders(src, valid, tw, toff, tj, J0, J1, (i - I0) * W, plane[i])
+            for i in range(Ho):
+                if I0 <= i < I1:
+                    continue
+                valid = _row_taps(w, k, i, cols, R, H, sh, dh, top, sw, Wc, tw, toff, tj)
+                J0, J1 = _common_columns(valid, tj, Wo)
+                _tap_passes(src, J0, valid, tw, toff, partial[thread], plane[i, J0:J1])
+                _fix_borders(src, valid, tw, toff, tj, J0, J1, 0, plane[i])
 
 
 @njit(cache=True, fastmath={"contract"}, inline="always")
@@ -324,9 +443,10 @@ class Direct(Algorithm):
         if channels_last(p):
             Hp, Wp = padded_extent(p)
             return (p.N * Hp * Wp * p.C + p.N * p.out_hw[0] * p.out_hw[1] * p.K + p.R * p.S * p.K) * p.itemsize
+        if p.Cg == 1:
+            return get_num_threads() * (column_split(p) + 2 * p.out_hw[0] * p.out_hw[1]) * p.itemsize
         (sh, sw), (Hq, Wq), threads = p.stride, phase_plane(p), get_num_threads()
-        planes = threads if p.Cg == 1 else p.N * p.C           # depthwise: one phase buffer per thread
-        elements = planes * sh * sw * Hq * Wq + threads * rows_per_item(p) * Wq
+        elements = p.N * p.C * sh * sw * Hq * Wq + threads * rows_per_item(p) * Wq
         return elements * p.itemsize + 2 * p.Cg * p.R * p.S * 8
 
     def flops(self, p: ConvParams) -> int:
@@ -336,18 +456,28 @@ class Direct(Algorithm):
         if channels_last(p):
             self._forward_channels_last(x, w, p, out)
             return
+        if p.Cg == 1:
+            self._forward_depthwise(x, w, p, out)
+            return
         (sh, sw), (dh, dw), ((top, _), (left, _)) = p.stride, p.dilation, p.padding
         (Hq, Wq), rows, threads = phase_plane(p), rows_per_item(p), get_num_threads()
         acc = self.workspace.get("direct.acc", (threads, rows * Wq), x.dtype)
         taps = self.workspace.get("direct.taps", (2, p.Cg * p.R * p.S), np.int64)
         _tap_table(p.R, p.S, sh, sw, dh, dw, Hq, Wq, taps)
-        if p.Cg == 1:
-            planes = self.workspace.get("direct.plane", (threads, 1, 1, sh * sw * Hq * Wq), x.dtype)
-            _depthwise(x, w.reshape(p.K, -1), taps, top, left, sh, sw, Hq, rows, planes, acc, out)
-        else:
-            xq = self.workspace.get("direct.phases", (p.N, p.C, sh * sw * Hq * Wq), x.dtype)
-            _split_phases(x, top, left, sh, sw, Hq, Wq, xq)
-            _direct(xq, w.reshape(p.K, -1), taps, rows, acc, out)
+        xq = self.workspace.get("direct.phases", (p.N, p.C, sh * sw * Hq * Wq), x.dtype)
+        _split_phases(x, top, left, sh, sw, Hq, Wq, xq)
+        _direct(xq, w.reshape(p.K, -1), taps, rows, acc, out)
+
+    def _forward_depthwise(self, x, w, p: ConvParams, out) -> None:
+        (sh, sw), (dh, dw), ((top, _), (left, _)), (Ho, Wo) = p.stride, p.dilation, p.padding, p.out_hw
+        cols = np.empty((4, p.S), np.int64)
+        _column_taps(p.S, dw, left, sw, p.W, Wo, cols)
+        threads = get_num_threads()
+        shape = (threads, column_split(p))
+        split = self.workspace.get("direct.columns", shape, x.dtype) if sw > 1 else np.empty(shape, x.dtype)
+        partial = self.workspace.get("direct.partial", (threads, 2, Ho * Wo), x.dtype)
+        _depthwise(x.reshape(p.N, p.C, -1), w.reshape(p.K, -1), cols, p.R, p.H, p.W, sh, dh, top, sw, split,
+                   partial, out)
 
     def _forward_channels_last(self, x, w, p: ConvParams, out) -> None:
         (sh, sw), (dh, dw), ((top, _), (left, _)), (Ho, Wo) = p.stride, p.dilation, p.padding, p.out_hw
