@@ -30,7 +30,7 @@ from .table import Entry
 SCHEMA = 1
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -60,7 +60,7 @@ def _gpus() -> list:
 
 
 def fingerprint() -> dict:
-    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)),
+    return {"cpu": cpu_model(), "cores": os.cpu_count(), "usable_cores": len(os.sched_getaffinity(0)),
             "blas": _blas(), "numpy": np.__version__, "numba": numba.__version__, "gpus": _gpus()}
 
 

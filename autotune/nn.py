@@ -16,6 +16,7 @@ sets it on every conv of a model for the length of a ``with`` block.
 """
 from __future__ import annotations
 
+import abc
 import contextlib
 import math
 from collections import OrderedDict
@@ -49,7 +50,7 @@ def _pair(value) -> tuple[int, int]:
     return (value, value) if isinstance(value, int) else tuple(value)
 
 
-class Module:
+class Module(abc.ABC):
     """A layer: named arrays (``parameters`` then ``buffers``) and named child modules, in order.
 
     Subclasses list their array attributes in ``parameters``/``buffers`` (an attribute set to None, such as
@@ -69,8 +70,9 @@ class Module:
     def __call__(self, x):
         return self.forward(x)
 
+    @abc.abstractmethod
     def forward(self, x):
-        raise NotImplementedError
+        """The layer's output for input ``x``."""
 
     def named_children(self):
         return iter(self.__dict__.get("_children", {}).items())

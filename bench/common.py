@@ -9,17 +9,9 @@ from pathlib import Path
 
 import numpy as np
 
+from autotune.cache import cpu_model
+
 RESULTS = Path(__file__).parent / "results"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine() -> str:

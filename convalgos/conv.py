@@ -20,15 +20,21 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, a
     if is_cupy_array(x):
         from .cuda import conv2d as gpu_conv2d
         return gpu_conv2d(x, weight, bias, stride, padding, dilation, groups, algo=algo, out=out)
-    p = ConvParams.from_arrays(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
     algorithm = get_algorithm(algo)
+    p = validate(x, weight, bias, stride, padding, dilation, groups, algorithm, out)
+    return run(algorithm, x, weight, bias, p, out)
+
+
+def validate(x, weight, bias, stride, padding, dilation, groups, algorithm, out) -> ConvParams:
+    """The layer as ConvParams, after checking that ``algorithm`` supports it and ``out`` fits it."""
+    p = ConvParams.from_arrays(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
     support = algorithm.supports(p)
     if not support:
         raise UnsupportedError(f"{algorithm.name} does not support {p}: {support.reason}")
     if out is not None and (tuple(out.shape) != p.out_shape or out.dtype != x.dtype):
         raise ValueError(f"out must be a {x.dtype} array of shape {p.out_shape}, "
                          f"got {out.dtype} of shape {tuple(out.shape)}")
-    return run(algorithm, x, weight, bias, p, out)
+    return p
 
 
 def run(algorithm, x, weight, bias, p: ConvParams, out=None):

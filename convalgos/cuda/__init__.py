@@ -19,7 +19,7 @@ import numpy as np
 
 from ..backend import array_module, require_device_array, require_gpu
 from ..params import ConvParams
-from ..registry import UnsupportedError
+from ..conv import validate
 from .base import GPUAlgorithm
 from .direct import Direct
 from .fft import FFT
@@ -47,14 +47,8 @@ def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, a
     for name, a in (("x", x), ("weight", weight), ("bias", bias), ("out", out)):
         if a is not None:
             require_device_array(name, a)
-    p = ConvParams.from_arrays(x, weight, bias, stride=stride, padding=padding, dilation=dilation, groups=groups)
     algorithm = get_algorithm(algo)
-    support = algorithm.supports(p)
-    if not support:
-        raise UnsupportedError(f"{algorithm.name} does not support {p}: {support.reason}")
-    if out is not None and (tuple(out.shape) != p.out_shape or out.dtype != x.dtype):
-        raise ValueError(f"out must be a {x.dtype} array of shape {p.out_shape}, "
-                         f"got {out.dtype} of shape {tuple(out.shape)}")
+    p = validate(x, weight, bias, stride, padding, dilation, groups, algorithm, out)
     return run(algorithm, x, weight, bias, p, out)
 
 
