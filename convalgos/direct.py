@@ -280,26 +280,38 @@ def _border_column(src, n_taps, tw, toff, tj, j, shift):
 
 
 @njit(cache=True, inline="always")
-def _next_taps3(dst, prev, xa, wa, xb, wb, xc, wc):
-    """dst[t] = prev[t] + wa*xa[t] + wb*xb[t] + wc*xc[t]: written to another array than it reads, which
-    LLVM vectorises (an in-place acc[t] += ... it leaves scalar)."""
-    for t in range(dst.size):
-        dst[t] = prev[t] + wa * xa[t] + wb * xb[t] + wc * xc[t]
+def _first_taps3(dst, d, src, a, b, c, wa, wb, wc, length):
+    """dst[d + m] = wa*src[a + m] + wb*src[b + m] + wc*src[c + m] for m < length."""
+    d, a, b, c = np.uint64(d), np.uint64(a), np.uint64(b), np.uint64(c)   # unsigned: no wraparound test
+    for m in range(np.uint64(length)):
+        dst[d + m] = wa * src[a + m] + wb * src[b + m] + wc * src[c + m]
 
 
 @njit(cache=True, inline="always")
-def _tap_passes(src, first, n_taps, tw, toff, partial, dst):
-    """dst[m] = sum over taps t of tw[t] * src[toff[t] + first + m] (n_taps a multiple of three): branch-free
-    passes of three taps each, ping-ponging between the two rows of partial, the last one into dst."""
+def _next_taps3(dst, d, prev, e, src, a, b, c, wa, wb, wc, length):
+    """dst[d + m] = prev[e + m] + (three taps, as ``_first_taps3``): written to another array than it reads,
+    which LLVM vectorises (an in-place acc[m] += ... it leaves scalar)."""
+    d, e, a, b, c = np.uint64(d), np.uint64(e), np.uint64(a), np.uint64(b), np.uint64(c)
+    for m in range(np.uint64(length)):
+        dst[d + m] = prev[e + m] + wa * src[a + m] + wb * src[b + m] + wc * src[c + m]
+
+
+@njit(cache=True, inline="always")
+def _tap_passes(src, first, n_taps, tw, toff, partial, dst, d, length):
+    """dst[d + m] = sum over taps t of tw[t] * src[toff[t] + first + m] for m < length (n_taps a multiple of
+    three): branch-free passes of three taps each, ping-ponging between the two halves of partial (flat,
+    2 * half), the last one into dst. Indices, not slices: a slice costs two atomic reference counts."""
+    half = partial.size // 2
     for t in range(0, n_taps, 3):
-        to = dst if t + 3 == n_taps else partial[(t // 3) % 2, :dst.size]
-        xa, xb, xc = src[toff[t] + first:], src[toff[t + 1] + first:], src[toff[t + 2] + first:]
+        to, at = (dst, d) if t + 3 == n_taps else (partial, ((t // 3) % 2) * half)
+        a, b, c = toff[t] + first, toff[t + 1] + first, toff[t + 2] + first
         if t == 0:
-            _set_taps3(to, xa, tw[t], xb, tw[t + 1], xc, tw[t + 2])
+            _first_taps3(to, at, src, a, b, c, tw[t], tw[t + 1], tw[t + 2], length)
         else:
-            _next_taps3(to, partial[(t // 3 + 1) % 2], xa, tw[t], xb, tw[t + 1], xc, tw[t + 2])
+            _next_taps3(to, at, partial, ((t // 3 + 1) % 2) * half, src, a, b, c, tw[t], tw[t + 1], tw[t + 2],
+                        length)
     if n_taps == 0:
-        dst[:] = 0.0
+        dst[d:d + length] = 0.0
 
 
 @njit(cache=True, inline="always")
@@ -312,25 +324,25 @@ def _common_columns(n_taps, tj, Wo):
 
 
 @njit(cache=True, inline="always")
-def _fix_borders(src, n_taps, tw, toff, tj, J0, J1, shift, orow):
-    """orow[j] for the columns outside [J0, J1), one by one (row taps offset by shift)."""
+def _fix_borders(src, n_taps, tw, toff, tj, J0, J1, shift, plane, row, Wo):
+    """plane[row*Wo + j] for the columns j outside [J0, J1), one by one (row taps offset by shift)."""
     for j in range(J0):
-        orow[j] = _border_column(src, n_taps, tw, toff, tj, j, shift)
-    for j in range(J1, orow.size):
-        orow[j] = _border_column(src, n_taps, tw, toff, tj, j, shift)
+        plane[row * Wo + j] = _border_column(src, n_taps, tw, toff, tj, j, shift)
+    for j in range(J1, Wo):
+        plane[row * Wo + j] = _border_column(src, n_taps, tw, toff, tj, j, shift)
 
 
 @njit(parallel=True, cache=True, fastmath={"contract"})
-def _depthwise(x, w, cols, R, H, W, sh, dh, top, sw, split, partial, out):
+def _depthwise(x, w, cols, R, H, W, sh, dh, top, sw, Wo, split, partial, out):
     """out = the depthwise (Cg = 1) convolution, read straight from x; x: (N, C, H*W), w: (K, R*S), out:
-    (N, K, Ho, Wo), cols: ``_column_taps``; partial[thread]: (2, Ho*Wo). One item is a plane (n, k); each
+    (N, K, Ho*Wo), cols: ``_column_taps``; partial[thread]: 2*Ho*Wo. One item is a plane (n, k); each
     thread takes an equal share of the planes. For sw > 1 the plane is first split into its column phases in
     the thread's own buffer split[thread], so passes are contiguous. When sh = sw = 1 and Wo = W, output
     (i, j) and its taps are the same distance apart in the flat plane for every row, so the rows [I0, I1)
     whose taps all lie inside x are one flat pass per three taps (the columns that wrap are redone after);
     other rows are computed one by one."""
     N, C = x.shape[0], x.shape[1]
-    K, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
+    K, Ho = out.shape[1], out.shape[2] // Wo
     Wc, n_threads, most = (W + sw - 1) // sw, split.shape[0], R * cols.shape[1] + 2
     flat = sh == 1 and sw == 1 and Wo == W
     I0 = min(Ho, top) if flat else 0                        # the rows whose taps all lie inside x
@@ -338,6 +350,7 @@ def _depthwise(x, w, cols, R, H, W, sh, dh, top, sw, split, partial, out):
     for thread in prange(n_threads):
         tw, toff, tj = np.empty(most, w.dtype), np.empty(most, np.int64), np.empty((2, most), np.int64)
         start, stop = _share(N * K, thread, n_threads)
+        own = partial[thread]
         for item in range(start, stop):
             n, k = item // K, item % K
             src, plane = x[n, k // (K // C)], out[n, k]
@@ -347,17 +360,16 @@ def _depthwise(x, w, cols, R, H, W, sh, dh, top, sw, split, partial, out):
             if I1 > I0:
                 valid = _row_taps(w, k, I0, cols, R, H, sh, dh, top, sw, Wc, tw, toff, tj)
                 J0, J1 = _common_columns(valid, tj, Wo)
-                rows = plane.reshape(Ho * Wo)[I0 * Wo + J0:(I1 - 1) * Wo + J1]
-                _tap_passes(src, J0, valid, tw, toff, partial[thread], rows)
+                _tap_passes(src, J0, valid, tw, toff, own, plane, I0 * Wo + J0, (I1 - 1 - I0) * Wo + J1 - J0)
                 for i in range(I0, I1):
-                    _fix_borders(src, valid, tw, toff, tj, J0, J1, (i - I0) * W, plane[i])
+                    _fix_borders(src, valid, tw, toff, tj, J0, J1, (i - I0) * W, plane, i, Wo)
             for i in range(Ho):
                 if I0 <= i < I1:
                     continue
                 valid = _row_taps(w, k, i, cols, R, H, sh, dh, top, sw, Wc, tw, toff, tj)
                 J0, J1 = _common_columns(valid, tj, Wo)
-                _tap_passes(src, J0, valid, tw, toff, partial[thread], plane[i, J0:J1])
-                _fix_borders(src, valid, tw, toff, tj, J0, J1, 0, plane[i])
+                _tap_passes(src, J0, valid, tw, toff, own, plane, i * Wo + J0, J1 - J0)
+                _fix_borders(src, valid, tw, toff, tj, J0, J1, 0, plane, i, Wo)
 
 
 @njit(cache=True, fastmath={"contract"}, inline="always")
@@ -475,9 +487,9 @@ class Direct(Algorithm):
         threads = get_num_threads()
         shape = (threads, column_split(p))
         split = self.workspace.get("direct.columns", shape, x.dtype) if sw > 1 else np.empty(shape, x.dtype)
-        partial = self.workspace.get("direct.partial", (threads, 2, Ho * Wo), x.dtype)
-        _depthwise(x.reshape(p.N, p.C, -1), w.reshape(p.K, -1), cols, p.R, p.H, p.W, sh, dh, top, sw, split,
-                   partial, out)
+        partial = self.workspace.get("direct.partial", (threads, 2 * Ho * Wo), x.dtype)
+        _depthwise(x.reshape(p.N, p.C, -1), w.reshape(p.K, -1), cols, p.R, p.H, p.W, sh, dh, top, sw, Wo, split,
+                   partial, out.reshape(p.N, p.K, -1))
 
     def _forward_channels_last(self, x, w, p: ConvParams, out) -> None:
         (sh, sw), (dh, dw), ((top, _), (left, _)), (Ho, Wo) = p.stride, p.dilation, p.padding, p.out_hw
