@@ -1,4 +1,5 @@
-"""Direct convolution, "direct": the defining sum, computed by Numba loops over a polyphase padded copy of x.
+"""Direct convolution, "direct": the defining sum, computed by Numba loops over a polyphase padded copy of x
+(depthwise layers: over x itself).
 
 Maths. With g = k // Kg the group of output channel k (Cg = C/groups input and Kg = K/groups output channels
 per group), (top, left) the padding and x read as zero outside its H x W extent:
@@ -19,8 +20,9 @@ with no bounds test; the offsets are tabulated once per call (``_tap_table``).
 Workspace (``workspace_bytes``): the phase planes, N * C * sh * sw * Hq * Wq elements (about the padded input),
 with Hq = Ho + (R-1)*dh // sh + 1 (one spare row, which the junk columns of the last row read) and
 Wq = Wo + (S-1)*dw // sw; one accumulator of ``rows_per_item`` * Wq elements per thread; the tap table,
-2 * Cg * R * S int64. Depthwise layers keep one phase buffer per thread instead of N * C of them; the
-channels-last depthwise path keeps x and y channels-last (N Hp Wp C and N Ho Wo K) and the weights (R S K).
+2 * Cg * R * S int64. Depthwise layers (Cg = 1) copy nothing but, per thread, 2 * Ho * Wo partial sums and for
+sw > 1 one plane's column phases, H * sw * ceil(W / sw) elements (``column_split``); the channels-last depthwise
+path keeps x and y channels-last (N Hp Wp C and N Ho Wo K) and the weights (R S K).
 
 Constraints: none; any stride, asymmetric padding, dilation, groups, depthwise; float32 and float64 (each its
 own compiled kernel; float16 is computed in float32 by ``conv2d``). Accuracy: taps are summed in order in the
@@ -33,9 +35,17 @@ input runs and the accumulator once and stores once (three multiply-adds per sto
 once per multiply-add). The innermost loop is that contiguous pass over t, which the compiler vectorises; its
 length is the block, not one output row, which matters for the short rows of small planes.
 
-Depthwise layers (Cg = 1) have only R*S taps per plane, so the cost is in moving data, not in arithmetic:
-``_depthwise`` makes an item a whole plane and splits it into the thread's own phase buffer just before
-computing it, so the copy is read back from L1/L2 instead of memory. On planes of a few dozen outputs
+Depthwise layers (Cg = 1) have only R*S taps per plane, so the cost is in moving data, not in arithmetic, and
+a padded copy would cost as much as the convolution. ``_depthwise`` reads x in place: an item is a plane
+(n, k); tap (r, s) of output row i reads input row i*sh + r*dh - top, and its valid output columns j0 <= j < j1
+(those reading inside x) are tabulated once per call (``_column_taps``). When sh = sw = 1 and Wo = W, an output
+and its tap are the same distance apart in the flat plane on every row, so all rows whose taps lie inside x
+are one flat pass per three taps (acc[m] = prev[m] + wa*xa[m] + wb*xb[m] + wc*xc[m] over a few thousand m,
+ping-ponging between two partial-sum buffers: LLVM vectorises that, not an in-place acc[m] += ...), after
+which the one or two border columns of each row, where the flat pass wrapped into the next row, are
+recomputed tap by tap. The remaining rows (the top and bottom ones, or every row when strided) get the same
+passes over their common valid columns plus their border columns. For sw > 1 each plane is first split into
+its sw column phases in a per-thread buffer, so the passes stay contiguous. On planes of a few dozen outputs
 (MobileNet's 7x7 with 1024 channels) even that leaves loops too short to vectorise, so layers with many
 channels and small planes (``channels_last``) are moved channels-last, where each pass runs over all C
 channels of one output pixel (acc[c] += w[r, s, c] * x[i + r, j + s, c], three taps per pass), and back.

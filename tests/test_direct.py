@@ -47,6 +47,14 @@ def test_depthwise_channels_last_path(dtype, kw):
     check((2, C, 7, 9), (C, 1, 3, 3), dtype, groups=C, **kw)
 
 
+@pytest.mark.parametrize("kw", [dict(padding=((1, 1), (2, 0))), dict(padding=((0, 2), (0, 2))),
+                                dict(dilation=2, padding=2), dict(dilation=(1, 2), padding=(0, 2))])
+def test_depthwise_flat_rows_with_wrapped_borders(kw):
+    """Wo = W: the inner rows are one flat pass whose wrapped border columns are recomputed."""
+    check((1, 3, 10, 9), (3, 1, 3, 3), groups=3, **kw)
+    check((1, 3, 10, 9), (3, 1, 3, 3), "float64", groups=3, **kw)
+
+
 def test_depthwise_channel_multiplier():
     check((1, 5, 9, 9), (10, 1, 3, 3), padding=1, groups=5)
 
@@ -66,7 +74,8 @@ def test_long_planes_span_several_items():
     ((2, 4, 15, 12), (8, 4, 3, 3), dict(padding=1)),
     ((2, 4, 15, 12), (8, 4, 3, 3), dict(stride=2, padding=(0, 1))),
     ((2, 4, 15, 12), (8, 2, 3, 3), dict(dilation=2, groups=2)),
-    ((2, 4, 15, 12), (4, 1, 3, 3), dict(stride=2, padding=1, groups=4)),        # depthwise, phase buffers
+    ((2, 4, 15, 12), (4, 1, 3, 3), dict(stride=2, padding=1, groups=4)),        # depthwise, column phases
+    ((2, 4, 15, 12), (4, 1, 3, 3), dict(padding=1, groups=4)),                  # depthwise, partial sums only
     ((2, 64, 15, 12), (64, 1, 3, 3), dict(stride=2, padding=1, groups=64)),    # depthwise, channels-last
 ])
 def test_workspace_bytes_is_what_forward_keeps(x_shape, w_shape, kw):
