@@ -20,8 +20,8 @@ with no bounds test; the offsets are tabulated once per call (``_tap_table``).
 Workspace (``workspace_bytes``): the phase planes, N * C * sh * sw * Hq * Wq elements (about the padded input),
 with Hq = Ho + (R-1)*dh // sh + 1 (one spare row, which the junk columns of the last row read) and
 Wq = Wo + (S-1)*dw // sw; one accumulator of ``rows_per_item`` * Wq elements per thread; the tap table,
-2 * Cg * R * S int64. Depthwise layers (Cg = 1) copy nothing but, per thread, 2 * Ho * Wo partial sums and for
-sw > 1 one plane's column phases, H * sw * ceil(W / sw) elements (``column_split``); the channels-last depthwise
+2 * Cg * R * S int64. Depthwise layers (Cg = 1) copy nothing but, per thread, 2 * Ho * Wo partial sums and, for a
+stride > 1, one plane's phases, sh * sw * Hc * Wc elements (``phase_split``); the channels-last depthwise
 path keeps x and y channels-last (N Hp Wp C and N Ho Wo K) and the weights (R S K).
 
 Constraints: none; any stride, asymmetric padding, dilation, groups, depthwise; float32 and float64 (each its
@@ -36,16 +36,16 @@ once per multiply-add). The innermost loop is that contiguous pass over t, which
 length is the block, not one output row, which matters for the short rows of small planes.
 
 Depthwise layers (Cg = 1) have only R*S taps per plane, so the cost is in moving data, not in arithmetic, and
-a padded copy would cost as much as the convolution. ``_depthwise`` reads x in place: an item is a plane
-(n, k); tap (r, s) of output row i reads input row i*sh + r*dh - top, and its valid output columns j0 <= j < j1
-(those reading inside x) are tabulated once per call (``_column_taps``). When sh = sw = 1 and Wo = W, an output
-and its tap are the same distance apart in the flat plane on every row, so all rows whose taps lie inside x
-are one flat pass per three taps (acc[m] = prev[m] + wa*xa[m] + wb*xb[m] + wc*xc[m] over a few thousand m,
-ping-ponging between two partial-sum buffers: LLVM vectorises that, not an in-place acc[m] += ...), after
-which the one or two border columns of each row, where the flat pass wrapped into the next row, are
-recomputed tap by tap. The remaining rows (the top and bottom ones, or every row when strided) get the same
-passes over their common valid columns plus their border columns. For sw > 1 each plane is first split into
-its sw column phases in a per-thread buffer, so the passes stay contiguous. On planes of a few dozen outputs
+a padded copy would cost as much as the convolution. ``_depthwise`` reads x in place (for a stride > 1, a
+per-thread copy of the plane split into its sh * sw phases, each ceil(H/sh) x ceil(W/sw) = Hc x Wc, so that
+taps read contiguously): an item is a plane (n, k); the valid outputs of each tap (those reading inside x)
+are tabulated once per call, per row tap and per column tap (``_axis_taps``). When Wo = Wc (all MobileNet
+layers), an output and its tap are the same distance apart in the flat plane on every row, so the rows whose
+taps all lie inside x are one flat pass per three taps (acc[m] = prev[m] + wa*xa[m] + wb*xb[m] + wc*xc[m]
+over thousands of m, ping-ponging between two partial-sum buffers: LLVM vectorises that, not an in-place
+acc[m] += ...), after which the one or two border columns of each row, where the pass wrapped into the next
+row, are recomputed tap by tap. The other rows (top and bottom, or all when Wo != Wc) get the same passes
+over their common valid columns, then their border columns. On planes of a few dozen outputs
 (MobileNet's 7x7 with 1024 channels) even that leaves loops too short to vectorise, so layers with many
 channels and small planes (``channels_last``) are moved channels-last, where each pass runs over all C
 channels of one output pixel (acc[c] += w[r, s, c] * x[i + r, j + s, c], three taps per pass), and back.
@@ -84,10 +84,10 @@ def channels_last(p: ConvParams) -> bool:
             and p.out_hw[0] * p.out_hw[1] <= CHANNELS_LAST_MAX_PLANE)
 
 
-def column_split(p: ConvParams) -> int:
-    """Elements of one thread's column-phase copy of a plane on the depthwise path (none for stride 1)."""
-    sw = p.stride[1]
-    return p.H * sw * ((p.W + sw - 1) // sw) if sw > 1 else 0
+def phase_split(p: ConvParams) -> int:
+    """Elements of one thread's polyphase copy of a plane on the depthwise path (none for stride 1)."""
+    (sh, sw), (H, W) = p.stride, (p.H, p.W)
+    return sh * sw * ((H + sh - 1) // sh) * ((W + sw - 1) // sw) if sh * sw > 1 else 0
 
 
 def padded_extent(p: ConvParams) -> tuple[int, int]:
@@ -239,9 +239,9 @@ def _direct(xq, w, taps, rows, acc, out):
 
 
 @njit(cache=True)
-def _column_taps(S, dw, left, sw, W, Wo, cols):
-    """cols[:, s] = (p, base, j0, j1) of column tap s: output column j reads column j + base of column phase p
-    (the input columns p, p + sw, p + 2*sw, ...), which lies inside x for j0 <= j < j1."""
+def _axis_taps(S, dw, left, sw, W, Wo, cols):
+    """Along one axis: cols[:, s] = (p, base, j0, j1) of tap s: output column j reads column j + base of
+    phase p (the input columns p, p + sw, p + 2*sw, ...), which lies inside x for j0 <= j < j1."""
     for s in range(S):
         offset = s * dw - left
         p, base = offset % sw, offset // sw
@@ -251,26 +251,28 @@ def _column_taps(S, dw, left, sw, W, Wo, cols):
 
 
 @njit(cache=True, inline="always")
-def _split_columns(src, H, W, sw, Wc, dst):
-    """dst[(ih*sw + p)*Wc + q] = src[ih*W + q*sw + p]: each row of the flat plane src as its sw column phases."""
+def _split_plane_phases(src, H, W, sh, sw, Hc, Wc, dst):
+    """dst[((b*sw + p)*Hc + a)*Wc + q] = src[(a*sh + b)*W + q*sw + p]: the flat plane src as its sh*sw
+    phases, each Hc x Wc (the unfilled tail of a short phase is never read)."""
     for ih in range(H):
         for p in range(sw):
-            row, line = dst[(ih * sw + p) * Wc:], src[ih * W + p:]
+            row = dst[(((ih % sh) * sw + p) * Hc + ih // sh) * Wc:]
+            line = src[ih * W + p:]
             for q in range((W - p + sw - 1) // sw):
                 row[q] = line[q * sw]
 
 
 @njit(cache=True, inline="always")
-def _row_taps(w, k, i, cols, R, H, sh, dh, top, sw, Wc, tw, toff, tj):
+def _row_taps(w, k, i, rows, cols, sw, Hc, Wc, tw, toff, tj):
     """The taps of output row i that read inside x: weight tw[t], source offset toff[t] (output column j reads
     toff[t] + j of the plane) and valid columns tj[0, t] <= j < tj[1, t]. The list is padded to a multiple of
     three with zero-weight copies of its last tap. Returns its length."""
-    S, t = cols.shape[1], 0
+    R, S, t = rows.shape[1], cols.shape[1], 0
     for r in range(R):
-        ih = i * sh + r * dh - top
-        if 0 <= ih < H:
+        if rows[2, r] <= i < rows[3, r]:
             for s in range(S):
-                tw[t], toff[t] = w[k, r * S + s], (ih * sw + cols[0, s]) * Wc + cols[1, s]
+                tw[t] = w[k, r * S + s]
+                toff[t] = ((rows[0, r] * sw + cols[0, s]) * Hc + i + rows[1, r]) * Wc + cols[1, s]
                 tj[0, t], tj[1, t] = cols[2, s], cols[3, s]
                 t += 1
     while t % 3 != 0:
@@ -343,20 +345,22 @@ def _fix_borders(src, n_taps, tw, toff, tj, J0, J1, shift, plane, row, Wo):
 
 
 @njit(parallel=True, cache=True, fastmath={"contract"})
-def _depthwise(x, w, cols, R, H, W, sh, dh, top, sw, Wo, split, partial, out):
+def _depthwise(x, w, rows, cols, H, W, sh, sw, Wo, split, partial, out):
     """out = the depthwise (Cg = 1) convolution, read straight from x; x: (N, C, H*W), w: (K, R*S), out:
-    (N, K, Ho*Wo), cols: ``_column_taps``; partial[thread]: 2*Ho*Wo. One item is a plane (n, k); each
-    thread takes an equal share of the planes. For sw > 1 the plane is first split into its column phases in
-    the thread's own buffer split[thread], so passes are contiguous. When sh = sw = 1 and Wo = W, output
+    (N, K, Ho*Wo), rows and cols: ``_axis_taps``; partial[thread]: 2*Ho*Wo. One item is a plane (n, k); each
+    thread takes an equal share of the planes. For a stride > 1 the plane is first split into its sh*sw phases
+    (Hc x Wc each) in the thread's own buffer split[thread], so passes are contiguous. When Wo = Wc, output
     (i, j) and its taps are the same distance apart in the flat plane for every row, so the rows [I0, I1)
     whose taps all lie inside x are one flat pass per three taps (the columns that wrap are redone after);
     other rows are computed one by one."""
     N, C = x.shape[0], x.shape[1]
     K, Ho = out.shape[1], out.shape[2] // Wo
-    Wc, n_threads, most = (W + sw - 1) // sw, split.shape[0], R * cols.shape[1] + 2
-    flat = sh == 1 and sw == 1 and Wo == W
-    I0 = min(Ho, top) if flat else 0                        # the rows whose taps all lie inside x
-    I1 = max(I0, min(Ho, H + top - (R - 1) * dh)) if flat else 0
+    Hc, Wc = (H + sh - 1) // sh, (W + sw - 1) // sw
+    n_threads, most = split.shape[0], rows.shape[1] * cols.shape[1] + 2
+    I0, I1 = 0, 0                                      # the rows whose taps all lie inside x
+    if Wo == Wc:
+        I0, I1 = rows[2].max(), rows[3].min()
+        I1 = max(I0, I1)
     for thread in prange(n_threads):
         tw, toff, tj = np.empty(most, w.dtype), np.empty(most, np.int64), np.empty((2, most), np.int64)
         start, stop = _share(N * K, thread, n_threads)
@@ -364,19 +368,19 @@ def _depthwise(x, w, cols, R, H, W, sh, dh, top, sw, Wo, split, partial, out):
         for item in range(start, stop):
             n, k = item // K, item % K
             src, plane = x[n, k // (K // C)], out[n, k]
-            if sw > 1:
-                _split_columns(src, H, W, sw, Wc, split[thread])
+            if sh * sw > 1:
+                _split_plane_phases(src, H, W, sh, sw, Hc, Wc, split[thread])
                 src = split[thread]
             if I1 > I0:
-                valid = _row_taps(w, k, I0, cols, R, H, sh, dh, top, sw, Wc, tw, toff, tj)
+                valid = _row_taps(w, k, I0, rows, cols, sw, Hc, Wc, tw, toff, tj)
                 J0, J1 = _common_columns(valid, tj, Wo)
                 _tap_passes(src, J0, valid, tw, toff, own, plane, I0 * Wo + J0, (I1 - 1 - I0) * Wo + J1 - J0)
                 for i in range(I0, I1):
-                    _fix_borders(src, valid, tw, toff, tj, J0, J1, (i - I0) * W, plane, i, Wo)
+                    _fix_borders(src, valid, tw, toff, tj, J0, J1, (i - I0) * Wc, plane, i, Wo)
             for i in range(Ho):
                 if I0 <= i < I1:
                     continue
-                valid = _row_taps(w, k, i, cols, R, H, sh, dh, top, sw, Wc, tw, toff, tj)
+                valid = _row_taps(w, k, i, rows, cols, sw, Hc, Wc, tw, toff, tj)
                 J0, J1 = _common_columns(valid, tj, Wo)
                 _tap_passes(src, J0, valid, tw, toff, own, plane, i * Wo + J0, J1 - J0)
                 _fix_borders(src, valid, tw, toff, tj, J0, J1, 0, plane, i, Wo)
@@ -466,7 +470,7 @@ class Direct(Algorithm):
             Hp, Wp = padded_extent(p)
             return (p.N * Hp * Wp * p.C + p.N * p.out_hw[0] * p.out_hw[1] * p.K + p.R * p.S * p.K) * p.itemsize
         if p.Cg == 1:
-            return get_num_threads() * (column_split(p) + 2 * p.out_hw[0] * p.out_hw[1]) * p.itemsize
+            return get_num_threads() * (phase_split(p) + 2 * p.out_hw[0] * p.out_hw[1]) * p.itemsize
         (sh, sw), (Hq, Wq), threads = p.stride, phase_plane(p), get_num_threads()
         elements = p.N * p.C * sh * sw * Hq * Wq + threads * rows_per_item(p) * Wq
         return elements * p.itemsize + 2 * p.Cg * p.R * p.S * 8
@@ -492,13 +496,14 @@ class Direct(Algorithm):
 
     def _forward_depthwise(self, x, w, p: ConvParams, out) -> None:
         (sh, sw), (dh, dw), ((top, _), (left, _)), (Ho, Wo) = p.stride, p.dilation, p.padding, p.out_hw
-        cols = np.empty((4, p.S), np.int64)
-        _column_taps(p.S, dw, left, sw, p.W, Wo, cols)
+        rows, cols = np.empty((4, p.R), np.int64), np.empty((4, p.S), np.int64)
+        _axis_taps(p.R, dh, top, sh, p.H, Ho, rows)
+        _axis_taps(p.S, dw, left, sw, p.W, Wo, cols)
         threads = get_num_threads()
-        shape = (threads, column_split(p))
-        split = self.workspace.get("direct.columns", shape, x.dtype) if sw > 1 else np.empty(shape, x.dtype)
+        shape = (threads, phase_split(p))
+        split = self.workspace.get("direct.phases", shape, x.dtype) if sh * sw > 1 else np.empty(shape, x.dtype)
         partial = self.workspace.get("direct.partial", (threads, 2 * Ho * Wo), x.dtype)
-        _depthwise(x.reshape(p.N, p.C, -1), w.reshape(p.K, -1), cols, p.R, p.H, p.W, sh, dh, top, sw, Wo, split,
+        _depthwise(x.reshape(p.N, p.C, -1), w.reshape(p.K, -1), rows, cols, p.H, p.W, sh, sw, Wo, split,
                    partial, out.reshape(p.N, p.K, -1))
 
     def _forward_channels_last(self, x, w, p: ConvParams, out) -> None:
