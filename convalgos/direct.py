@@ -336,6 +336,36 @@ def _common_columns(n_taps, tj, Wo):
 
 
 @njit(cache=True, inline="always")
+def _taps_at(n_taps, tw, toff, tj, j, cw, coff):
+    """The taps valid at output column j, compacted: weight cw[u], source offset coff[u] + j. Returns how many."""
+    u = 0
+    for t in range(n_taps):
+        if tj[0, t] <= j < tj[1, t]:
+            cw[u], coff[u] = tw[t], toff[t] + j
+            u += 1
+    return u
+
+
+@njit(cache=True, inline="always")
+def _fix_flat_borders(src, n_taps, tw, toff, tj, J0, J1, I0, I1, Wc, cw, coff, plane, Wo):
+    """plane[i*Wo + j] for rows I0 <= i < I1 and the columns j outside [J0, J1), where the flat pass wrapped
+    into the next row: each column's valid taps are compacted once, then summed down the rows."""
+    for j in range(Wo):
+        if J0 <= j < J1:
+            continue
+        m = _taps_at(n_taps, tw, toff, tj, j, cw, coff)
+        for i in range(I0, I1):
+            if m == 0:
+                plane[i * Wo + j] = 0.0
+                continue
+            shift = (i - I0) * Wc
+            v = cw[0] * src[coff[0] + shift]                # in the compute dtype
+            for u in range(1, m):
+                v += cw[u] * src[coff[u] + shift]
+            plane[i * Wo + j] = v
+
+
+@njit(cache=True, inline="always")
 def _fix_borders(src, n_taps, tw, toff, tj, J0, J1, shift, plane, row, Wo):
     """plane[row*Wo + j] for the columns j outside [J0, J1), one by one (row taps offset by shift)."""
     for j in range(J0):
@@ -363,6 +393,7 @@ def _depthwise(x, w, rows, cols, H, W, sh, sw, Wo, split, partial, out):
         I1 = max(I0, I1)
     for thread in prange(n_threads):
         tw, toff, tj = np.empty(most, w.dtype), np.empty(most, np.int64), np.empty((2, most), np.int64)
+        cw, coff = np.empty(most, w.dtype), np.empty(most, np.int64)
         start, stop = _share(N * K, thread, n_threads)
         own = partial[thread]
         for item in range(start, stop):
@@ -375,8 +406,7 @@ def _depthwise(x, w, rows, cols, H, W, sh, sw, Wo, split, partial, out):
                 valid = _row_taps(w, k, I0, rows, cols, sw, Hc, Wc, tw, toff, tj)
                 J0, J1 = _common_columns(valid, tj, Wo)
                 _tap_passes(src, J0, valid, tw, toff, own, plane, I0 * Wo + J0, (I1 - 1 - I0) * Wo + J1 - J0)
-                for i in range(I0, I1):
-                    _fix_borders(src, valid, tw, toff, tj, J0, J1, (i - I0) * Wc, plane, i, Wo)
+                _fix_flat_borders(src, valid, tw, toff, tj, J0, J1, I0, I1, Wc, cw, coff, plane, Wo)
             for i in range(Ho):
                 if I0 <= i < I1:
                     continue
