@@ -5,7 +5,15 @@
     >>> w = np.random.rand(8, 3, 3, 3).astype(np.float32)
     >>> y = convalgos.conv2d(x, w, padding=1, algo="winograd_4x4")
 """
-from . import reference
+import os
+
+# Numba's OpenMP threads spin after each parallel region by default, and on a small machine they then fight
+# the BLAS threads of the next GEMM for the same cores (measured here: small parallel calls 10-20x slower
+# beside other work). Passive waiting gives the cores back at once. Set before Numba starts its threads; a
+# value the user set wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+
+from . import reference  # noqa: E402
 # Importing an algorithm's module registers it: this is the order ALGORITHMS lists them in.
 from . import direct, im2col, fft, fft_tiled, winograd  # noqa: F401  (registration)
 from .conv import conv2d, run  # run: a validated layer through an algorithm (used by autotune)
