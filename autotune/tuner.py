@@ -87,7 +87,7 @@ class CpuDevice:
         return np.empty(shape, dtype)
 
     def run(self, algorithm, x, weight, bias, p, out=None):
-        return run(algorithm, x, weight, bias, p, out)
+        return run(algorithm, "forward", x, weight, p, out, bias)
 
     def host(self, a):
         return a

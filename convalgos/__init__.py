@@ -16,11 +16,14 @@ os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 from . import reference  # noqa: E402
 # Importing an algorithm's module registers it: this is the order ALGORITHMS lists them in.
 from . import direct, im2col, fft, fft_tiled, winograd  # noqa: F401  (registration)
-from .conv import conv2d, run  # run: a validated layer through an algorithm (used by autotune)
+from .conv import conv2d, conv2d_input, conv2d_weight
+from .run import run  # run: a validated layer's pass through an algorithm (used by autotune)
 from .params import ConvParams
-from .registry import ALGORITHMS, Algorithm, Support, UnsupportedError, get_algorithm, release_workspaces
+from .registry import (ALGORITHMS, PASSES, Algorithm, Support, UnsupportedError, get_algorithm, release_workspaces,
+                       set_workspace_cap, workspace_cap)
 
 __version__ = "0.1.0"
 
-__all__ = ["conv2d", "ConvParams", "ALGORITHMS", "Algorithm", "Support", "UnsupportedError", "get_algorithm",
+__all__ = ["conv2d", "conv2d_input", "conv2d_weight", "run", "PASSES", "set_workspace_cap", "workspace_cap",
+           "ConvParams", "ALGORITHMS", "Algorithm", "Support", "UnsupportedError", "get_algorithm",
            "release_workspaces", "reference", "__version__"]

@@ -78,3 +78,50 @@ def require_device_array(name: str, a) -> None:
         return
     where = "a CuPy array" if not simulator_enabled() else "a CuPy or (under the simulator) NumPy array"
     raise TypeError(f"{name} must be {where}, got {type(a).__module__}.{type(a).__name__}")
+
+
+def is_torch_tensor(x) -> bool:
+    """True for a torch tensor, decided without importing torch."""
+    return type(x).__module__.split(".")[0] == "torch" and hasattr(x, "__dlpack__")
+
+
+def _from_torch(t):
+    """The array a torch tensor holds, read in place through DLPack: NumPy for a CPU tensor, CuPy for a CUDA
+    one (a clear error when CuPy is missing)."""
+    t = t.detach()
+    if t.device.type == "cpu":
+        return np.from_dlpack(t if t.is_contiguous() or t.dim() == 0 else t.contiguous())
+    if t.device.type == "cuda":
+        try:
+            import cupy
+        except ImportError:
+            raise GPUUnavailableError(f"a CUDA tensor needs CuPy to run here: {GPU_MISSING}") from None
+        return cupy.from_dlpack(t)
+    raise TypeError(f"torch tensors on device {t.device.type!r} are not supported (cpu or cuda)")
+
+
+def to_arrays(*values):
+    """The operands as arrays (torch tensors read in place through DLPack), and what ``from_arrays`` needs to
+    hand a result back in the caller's type: torch in, torch out."""
+    torch_in = any(is_torch_tensor(v) for v in values)
+    return tuple(_from_torch(v) if is_torch_tensor(v) else v for v in values), torch_in
+
+
+def from_arrays(result, torch_in: bool):
+    """``result`` in the caller's type: a torch tensor (sharing memory through DLPack) when a torch tensor came
+    in, else as it is."""
+    if not torch_in:
+        return result
+    import torch
+    return torch.from_dlpack(result)
+
+
+def registry_of(x):
+    """The algorithms of the backend that owns ``x``: ``convalgos.cuda.ALGORITHMS`` for a CuPy array, the
+    CPU's ``convalgos.ALGORITHMS`` for anything else."""
+    if is_cupy_array(x):
+        require_gpu()
+        from .cuda import ALGORITHMS as GPU_ALGORITHMS
+        return GPU_ALGORITHMS
+    from .registry import ALGORITHMS
+    return ALGORITHMS

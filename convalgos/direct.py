@@ -495,7 +495,7 @@ class Direct(Algorithm):
     # measured: float32 1.3e-6 on C = 512 3x3 (14x14, 7x7 s2); float16 (in float32) 3e-4; float64 3e-15.
     tolerance = {"float16": 2e-3, "float32": 5e-6, "float64": 1e-12}
 
-    def workspace_bytes(self, p: ConvParams) -> int:
+    def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         if channels_last(p):
             Hp, Wp = padded_extent(p)
             return (p.N * Hp * Wp * p.C + p.N * p.out_hw[0] * p.out_hw[1] * p.K + p.R * p.S * p.K) * p.itemsize
@@ -505,7 +505,7 @@ class Direct(Algorithm):
         elements = p.N * p.C * sh * sw * Hq * Wq + threads * rows_per_item(p) * Wq
         return elements * p.itemsize + 2 * p.Cg * p.R * p.S * 8
 
-    def flops(self, p: ConvParams) -> int:
+    def flops(self, p: ConvParams, op: str = "forward") -> int:
         return p.flops
 
     def forward(self, x, w, p: ConvParams, out) -> None:

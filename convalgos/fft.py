@@ -237,7 +237,7 @@ class FFT(Algorithm):
                 if p.N % n == 0 and plan_workspace_bytes(p.with_batch(n), t) <= CHUNK_WORKSPACE]
         return max(fits, default=1)
 
-    def supports(self, p: ConvParams):
+    def constraints(self, p: ConvParams, op: str = "forward"):
         need = self.workspace_bytes(p)
         if need > MAX_WORKSPACE:
             t = self.plan(p)
@@ -246,10 +246,10 @@ class FFT(Algorithm):
                                f"MiB limit")
         return SUPPORTED
 
-    def workspace_bytes(self, p: ConvParams) -> int:
+    def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         return plan_workspace_bytes(p.with_batch(self.batch_chunk(p)), self.plan(p))
 
-    def flops(self, p: ConvParams) -> int:
+    def flops(self, p: ConvParams, op: str = "forward") -> int:
         return plan_flops(p, self.plan(p))
 
     def forward(self, x, w, p, out):

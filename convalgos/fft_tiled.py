@@ -61,17 +61,17 @@ class FFTTiled(FFT):
     def plan(self, p: ConvParams) -> TilePlan:
         return cheapest_tile_plan(p)
 
-    def supports(self, p: ConvParams):
+    def constraints(self, p: ConvParams, op: str = "forward"):
         if self.plan(p) is None:
             return unsupported(f"{self.name} tiles are at most {TILE_SIZES[-1]} pixels, but the kernel spans "
                                f"{max(phase_extent(p))} pixels per stride phase")
-        return super().supports(p)
+        return super().constraints(p, op)
 
-    def workspace_bytes(self, p: ConvParams) -> int:
-        return super().workspace_bytes(p) if self.plan(p) else 0
+    def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
+        return super().workspace_bytes(p, op) if self.plan(p) else 0
 
-    def flops(self, p: ConvParams) -> int:
-        return super().flops(p) if self.plan(p) else 0
+    def flops(self, p: ConvParams, op: str = "forward") -> int:
+        return super().flops(p, op) if self.plan(p) else 0
 
 
 register(FFTTiled())

@@ -127,7 +127,7 @@ class Im2col(Algorithm):
         per_image = patch_bytes_per_image(p) + product_bytes_per_image(p)
         return max(1, min(p.N, self.workspace_budget_bytes // per_image))
 
-    def workspace_bytes(self, p: ConvParams) -> int:
+    def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         if is_zero_copy(p):
             return 0
         nb = self.images_per_chunk(p)

@@ -163,6 +163,21 @@ class ConvParams:
         return (self.N, self.K) + self.out_hw
 
     @property
+    def in_shape(self) -> tuple[int, int, int, int]:
+        """x's shape, and backward-data's result's."""
+        return self.N, self.C, self.H, self.W
+
+    @property
+    def weight_shape(self) -> tuple[int, int, int, int]:
+        """w's shape, and backward-filter's result's."""
+        return self.K, self.Cg, self.R, self.S
+
+    def result_shape(self, op: str) -> tuple[int, int, int, int]:
+        """The shape pass ``op`` writes: y for "forward", dx for "backward_data", dw for "backward_filter"."""
+        return {"forward": self.out_shape, "backward_data": self.in_shape,
+                "backward_filter": self.weight_shape}[op]
+
+    @property
     def compute_dtype(self) -> str:
         """float16 is computed in float32; float32 and float64 in themselves."""
         return COMPUTE_DTYPE[self.dtype]

@@ -1,9 +1,16 @@
-"""The float64 reference: obviously right, used only to check the fast code.
+"""The float64 reference for all three passes: obviously right, used only to check the fast code.
 
 Pad explicitly, then for every kernel tap (r, s) take the strided view of the padded input that tap sees and
 contract it with that tap's weights over the input channels of each group:
 
     y[n, k, i, j] = sum_{c, r, s} xpad[n, g*Cg + c, i*sh + r*dh, j*sw + s*dw] * w[k, c, r, s],  g = k // Kg
+
+The two backward passes are the same loop read the other way round (the chain rule of that one sum):
+
+    dxpad[n, g*Cg + c, i*sh + r*dh, j*sw + s*dw] += sum_k dy[n, k, i, j] * w[k, c, r, s]   then crop the padding
+    dw[k, c, r, s] = sum_{n, i, j} dy[n, k, i, j] * xpad[n, g*Cg + c, i*sh + r*dh, j*sw + s*dw]
+
+Input rows or columns that no output reads (cut off by the stride) get a zero gradient, as in torch.
 """
 from __future__ import annotations
 
@@ -12,22 +19,54 @@ import numpy as np
 from .params import ConvParams
 
 
+def _pad(x, p: ConvParams) -> np.ndarray:
+    (t, b), (l, r) = p.padding
+    return np.pad(np.asarray(x, dtype=np.float64), ((0, 0), (0, 0), (t, b), (l, r)))
+
+
+def _taps(p: ConvParams):
+    """(group, r, s, the slice of the padded plane that tap reads for every output) for every tap."""
+    (sh, sw), (dh, dw), (Ho, Wo) = p.stride, p.dilation, p.out_hw
+    for g in range(p.groups):
+        for r in range(p.R):
+            for s in range(p.S):
+                yield g, r, s, (slice(r * dh, r * dh + sh * (Ho - 1) + 1, sh),
+                                slice(s * dw, s * dw + sw * (Wo - 1) + 1, sw))
+
+
 def forward(x, w, p: ConvParams) -> np.ndarray:
     """The convolution of x and w (no bias) in float64, as an (N, K, Ho, Wo) array."""
-    x = np.asarray(x, dtype=np.float64)
-    w = np.asarray(w, dtype=np.float64)
-    (t, b), (l, r) = p.padding
-    xpad = np.pad(x, ((0, 0), (0, 0), (t, b), (l, r)))
-    (sh, sw), (dh, dw), (Ho, Wo) = p.stride, p.dilation, p.out_hw
+    xpad, w = _pad(x, p), np.asarray(w, dtype=np.float64)
     y = np.zeros(p.out_shape, dtype=np.float64)
-    for g in range(p.groups):
-        xg = xpad[:, g * p.Cg:(g + 1) * p.Cg]
-        wg = w[g * p.Kg:(g + 1) * p.Kg]
-        for i in range(p.R):
-            for j in range(p.S):
-                tap = xg[:, :, i * dh: i * dh + sh * (Ho - 1) + 1: sh, j * dw: j * dw + sw * (Wo - 1) + 1: sw]
-                y[:, g * p.Kg:(g + 1) * p.Kg] += np.einsum("nchw,kc->nkhw", tap, wg[:, :, i, j], optimize=True)
+    for g, r, s, (rows, cols) in _taps(p):
+        ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
+        y[:, ks] += np.einsum("nchw,kc->nkhw", xpad[:, cs, rows, cols], w[ks, :, r, s], optimize=True)
     return y
+
+
+def backward_data(dy, w, p: ConvParams) -> np.ndarray:
+    """The gradient with respect to x of sum(y * dy), in float64, as an (N, C, H, W) array."""
+    dy, w = np.asarray(dy, dtype=np.float64), np.asarray(w, dtype=np.float64)
+    (t, _), (l, _) = p.padding
+    dxpad = np.zeros((p.N, p.C) + p.padded_hw, dtype=np.float64)
+    for g, r, s, (rows, cols) in _taps(p):
+        ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
+        dxpad[:, cs, rows, cols] += np.einsum("nkhw,kc->nchw", dy[:, ks], w[ks, :, r, s], optimize=True)
+    return dxpad[:, :, t:t + p.H, l:l + p.W].copy()
+
+
+def backward_filter(x, dy, p: ConvParams) -> np.ndarray:
+    """The gradient with respect to w of sum(y * dy), in float64, as a (K, C/groups, R, S) array."""
+    xpad, dy = _pad(x, p), np.asarray(dy, dtype=np.float64)
+    dw = np.zeros(p.weight_shape, dtype=np.float64)
+    for g, r, s, (rows, cols) in _taps(p):
+        ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
+        dw[ks, :, r, s] = np.einsum("nkhw,nchw->kc", dy[:, ks], xpad[:, cs, rows, cols], optimize=True)
+    return dw
+
+
+#: pass name -> the reference of that pass, called with (a, b, p) as ``convalgos.run`` is.
+PASS = {"forward": forward, "backward_data": backward_data, "backward_filter": backward_filter}
 
 
 def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1) -> np.ndarray:

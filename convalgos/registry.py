@@ -1,25 +1,39 @@
-"""What an algorithm is, and the ordered registry of them.
+"""What an algorithm is, and one registry of them per backend.
 
-An algorithm answers four questions about a layer (``ConvParams``):
+Training runs three passes per convolution (cuDNN's names in brackets):
 
-- ``supports(p)``: can it run this layer? A falsy answer carries a ``.reason`` a person can read.
-- ``workspace_bytes(p)``: extra memory it allocates beyond input, weight and output.
-- ``flops(p)``: the arithmetic it really does (direct-equivalent FLOPs are ``p.flops``).
-- ``forward(x, w, p, out)``: compute the convolution into ``out``.
+- ``forward`` (fwd):            y  = conv(x, w)                  x (N, C, H, W), w (K, C/g, R, S) -> y (N, K, Ho, Wo)
+- ``backward_data`` (bwd data): dx = d(sum y*dy)/dx              dy (N, K, Ho, Wo), w            -> dx (N, C, H, W)
+- ``backward_filter`` (bwd filter): dw = d(sum y*dy)/dw          x, dy                           -> dw (K, C/g, R, S)
 
-``forward`` is the first of three passes; backward-data and backward-filter would be two more methods of the
-same shape (``backward_data(dy, w, p, dx)``, ``backward_filter(x, dy, p, dw)``), and a GPU implementation
-sits beside the CPU one under the same name. Only the forward pass on the CPU is built here.
+An algorithm answers, for a layer (``ConvParams``) and a pass ``op``:
+
+- ``supports(p, op)``: can it run this pass of this layer? A falsy answer carries a ``.reason`` a person can
+  read. The base class answers for the passes an algorithm does not implement and for the workspace cap
+  (``workspace_cap()``); an algorithm states its own constraints in ``constraints(p, op)``.
+- ``workspace_bytes(p, op)``: extra memory it allocates beyond the operands and the result.
+- ``flops(p, op)``: the arithmetic it really does (direct-equivalent FLOPs are ``p.flops`` for every pass).
+- ``tolerance_of(op, dtype)``: the normwise error allowed against the float64 reference.
+- and computes the pass: ``forward(x, w, p, y)``, ``backward_data(dy, w, p, dx)``, ``backward_filter(x, dy, p,
+  dw)``, each writing every element of its contiguous result.
+
+``ALGORITHMS`` is the CPU registry; ``convalgos.cuda.ALGORITHMS`` is the GPU one, where an algorithm's GPU twin
+sits under the same name and answers the same questions for itself.
 """
 from __future__ import annotations
 
 import abc
+import os
 import threading
 from collections import OrderedDict
 
 import numpy as np
 
 from .params import ConvParams
+
+#: the three passes of training, in the order a training step meets them.
+PASSES = ("forward", "backward_data", "backward_filter")
+GiB = float(1 << 30)
 
 
 class Support:
@@ -48,6 +62,51 @@ class UnsupportedError(ValueError):
     """Raised by ``conv2d(..., algo=name)`` for a layer that algorithm does not support."""
 
 
+def check_pass(op: str) -> str:
+    if op not in PASSES:
+        raise ValueError(f"op must be one of {PASSES}, got {op!r}")
+    return op
+
+
+def _memory_bytes() -> int:
+    """What this process may use: physical memory, or the address-space limit when one is set."""
+    total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    try:
+        import resource
+        soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+        if soft != resource.RLIM_INFINITY:
+            total = min(total, soft)
+    except (ImportError, ValueError, OSError):
+        pass
+    return total
+
+
+_cap = {"bytes": None}
+
+
+def workspace_cap() -> int:
+    """The most workspace any one algorithm may need for a layer: ``set_workspace_cap(bytes)``, else the
+    environment variable CONVALGOS_WORKSPACE_CAP (bytes), else a quarter of the memory this process may use
+    (physical memory, or the RLIMIT_AS address-space limit when lower)."""
+    if _cap["bytes"] is not None:
+        return _cap["bytes"]
+    env = os.environ.get("CONVALGOS_WORKSPACE_CAP")
+    if env:
+        try:
+            return int(env)
+        except ValueError:
+            raise ValueError(f"CONVALGOS_WORKSPACE_CAP must be a number of bytes, got {env!r}") from None
+    return _memory_bytes() // 4
+
+
+def set_workspace_cap(nbytes) -> None:
+    """Cap every algorithm's workspace at ``nbytes`` (None: back to the default of ``workspace_cap``)."""
+    if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer))
+                               or nbytes < 0):
+        raise ValueError(f"nbytes must be None or an int >= 0, got {nbytes!r}")
+    _cap["bytes"] = None if nbytes is None else int(nbytes)
+
+
 class Workspace:
     """Buffers an algorithm keeps between calls so repeated calls allocate nothing large.
 
@@ -66,13 +125,14 @@ class Workspace:
             self._local.buffers = OrderedDict()
         return self._local.buffers
 
-    def get(self, tag: str, shape, dtype, zero: bool = False) -> np.ndarray:
-        """A buffer of this shape and dtype, reused when one is kept (contents undefined unless ``zero``)."""
+    def get(self, tag: str, shape, dtype, zero: bool = False, xp=np):
+        """A buffer of this shape and dtype, reused when one is kept (contents undefined unless ``zero``),
+        allocated by the array module ``xp`` (NumPy here; CuPy for a GPU algorithm's device buffers)."""
         buffers = self._buffers()
-        key = (tag, tuple(shape), np.dtype(dtype).str)
+        key = (tag, tuple(shape), np.dtype(dtype).str, xp.__name__)
         buf = buffers.pop(key, None)
         if buf is None:
-            buf = np.empty(shape, dtype)
+            buf = xp.empty(shape, dtype)
             total = buf.nbytes + sum(b.nbytes for b in buffers.values())
             while buffers and total > self.max_bytes:
                 total -= buffers.popitem(last=False)[1].nbytes
@@ -90,10 +150,12 @@ class Workspace:
 
 
 class Algorithm(abc.ABC):
-    """Base of every convolution algorithm. Subclasses set ``name`` and override the four questions.
+    """Base of every convolution algorithm. Subclasses set ``name``, implement ``forward`` and whichever
+    backward passes their idea applies to, and state their constraints, workspace and FLOPs per pass.
 
-    ``deterministic``: the output is bitwise repeatable run to run (same input, same thread count).
-    ``tolerance``: normwise error max|y - ref| / max|ref| allowed against the float64 reference, per dtype.
+    ``deterministic``: the result is bitwise repeatable run to run (same input, same thread count).
+    ``tolerance``: normwise error max|y - ref| / max|ref| allowed against the float64 reference, per dtype
+    (``tolerance_of`` may widen it for a pass, e.g. backward-filter's long sums).
     """
 
     name: str = ""
@@ -103,19 +165,51 @@ class Algorithm(abc.ABC):
     def __init__(self):
         self.workspace = Workspace()
 
-    def supports(self, p: ConvParams) -> Support:
+    # ---- the questions -------------------------------------------------------------------------------------
+    def implements(self, op: str) -> bool:
+        """True when this algorithm computes pass ``op`` (it overrides that method)."""
+        check_pass(op)
+        return getattr(type(self), op) is not getattr(Algorithm, op)
+
+    def supports(self, p: ConvParams, op: str = "forward") -> Support:
+        """Can this algorithm run pass ``op`` of layer ``p``? Falsy with a ``.reason`` when not."""
+        if not self.implements(op):
+            return unsupported(f"{self.name} has no {op} pass")
+        support = self.constraints(p, op)
+        if not support:
+            return support
+        need, cap = self.workspace_bytes(p, op), workspace_cap()
+        if need > cap:
+            return unsupported(f"needs {need / GiB:.2f} GiB of workspace, over the cap of {cap / GiB:.2f} GiB "
+                               f"(convalgos.set_workspace_cap(bytes) or CONVALGOS_WORKSPACE_CAP to change it)")
         return SUPPORTED
 
-    def workspace_bytes(self, p: ConvParams) -> int:
+    def constraints(self, p: ConvParams, op: str) -> Support:
+        """The algorithm's own limits on layer ``p`` for pass ``op`` (its idea's, not memory's)."""
+        return SUPPORTED
+
+    def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         return 0
 
-    def flops(self, p: ConvParams) -> int:
+    def flops(self, p: ConvParams, op: str = "forward") -> int:
         return p.flops
 
+    def tolerance_of(self, op: str, dtype: str) -> float:
+        return self.tolerance[dtype]
+
+    # ---- the passes ----------------------------------------------------------------------------------------
     @abc.abstractmethod
-    def forward(self, x: np.ndarray, w: np.ndarray, p: ConvParams, out: np.ndarray) -> None:
+    def forward(self, x, w, p: ConvParams, out) -> None:
         """Write the convolution of contiguous ``x`` (N, C, H, W) and ``w`` (K, C/g, R, S), both in
         ``p.compute_dtype``, into the contiguous ``out`` (N, K, Ho, Wo) of that dtype. No bias; N >= 1."""
+
+    def backward_data(self, dy, w, p: ConvParams, out) -> None:
+        """Write the input gradient of contiguous ``dy`` (N, K, Ho, Wo) and ``w`` into ``out`` (N, C, H, W)."""
+        raise NotImplementedError(f"{self.name} has no backward_data pass")
+
+    def backward_filter(self, x, dy, p: ConvParams, out) -> None:
+        """Write the weight gradient of contiguous ``x`` and ``dy`` into ``out`` (K, C/g, R, S)."""
+        raise NotImplementedError(f"{self.name} has no backward_filter pass")
 
     def release(self) -> None:
         """Free the workspace kept between calls."""

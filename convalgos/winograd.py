@@ -264,7 +264,7 @@ class Winograd(Algorithm):
         return -(-n_rows // n_chunks)
 
     # ---- the four questions --------------------------------------------------------------------------------
-    def supports(self, p: ConvParams):
+    def constraints(self, p: ConvParams, op: str = "forward"):
         if (p.R, p.S) != (3, 3):
             return unsupported(f"{self.name} needs a 3x3 kernel, got {p.R}x{p.S}")
         if p.stride != (1, 1):
@@ -273,7 +273,7 @@ class Winograd(Algorithm):
             return unsupported(f"{self.name} needs dilation 1, got {p.dilation}")
         return SUPPORTED
 
-    def workspace_bytes(self, p: ConvParams) -> int:
+    def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         tiles_w = self._tiles(p)[1]
         Hpad, Wpad = self._padded_hw(p)
         tiles_per_chunk = self._rows_per_chunk(p) * tiles_w
@@ -281,7 +281,7 @@ class Winograd(Algorithm):
                     + self.alpha ** 2 * (p.C + p.K) * tiles_per_chunk)
         return elements * p.itemsize
 
-    def flops(self, p: ConvParams) -> int:
+    def flops(self, p: ConvParams, op: str = "forward") -> int:
         tiles_h, tiles_w = self._tiles(p)
         P = p.N * tiles_h * tiles_w
         a, m, r = self.alpha, self.m, self.r
