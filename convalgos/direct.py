@@ -55,6 +55,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads, njit, prange
 
+from ._kernels import copy_strided, share
 from .params import ConvParams
 from .registry import Algorithm, register
 
@@ -96,12 +97,6 @@ def padded_extent(p: ConvParams) -> tuple[int, int]:
     return (Ho - 1) * sh + (p.R - 1) * dh + 1, (Wo - 1) * sw + (p.S - 1) * dw + 1
 
 
-@njit(cache=True)
-def _share(n_items, thread, n_threads):
-    """The range of items thread ``thread`` of ``n_threads`` takes (equal contiguous shares)."""
-    return thread * n_items // n_threads, (thread + 1) * n_items // n_threads
-
-
 @njit(cache=True, inline="always")
 def _split_plane(src, top, left, sh, sw, Hq, Wq, dst):
     """dst = the phases of the plane src zero-padded: padded (ph, pw) goes to phase (ph % sh, pw % sw), at row
@@ -117,7 +112,7 @@ def _split_plane(src, top, left, sh, sw, Hq, Wq, dst):
                 for q in range(q0):
                     row[q] = 0.0
                 if q1 > q0:
-                    _copy_strided(row[q0:q1], src[i, q0 * sw + p - left:], sw)
+                    copy_strided(row[q0:q1], src[i, q0 * sw + p - left:], sw)
                 for q in range(q1, Wq):
                     row[q] = 0.0
 
@@ -135,17 +130,6 @@ def _col_range(p, left, sw, W, Wq):
     """Columns [q0, q1) of column phase p whose input column q*sw + p - left lies in [0, W)."""
     q0 = max(0, min(Wq, -((p - left) // sw)))       # ceil((left - p) / sw)
     return q0, max(q0, min(Wq, (W - 1 + left - p) // sw + 1))
-
-
-@njit(cache=True, inline="always")
-def _copy_strided(dst, src, step):
-    """dst[q] = src[q * step]; step 1 is literal so that copy is contiguous."""
-    if step == 1:
-        for q in range(dst.size):
-            dst[q] = src[q]
-    else:
-        for q in range(dst.size):
-            dst[q] = src[q * step]
 
 
 @njit(cache=True)
@@ -231,7 +215,7 @@ def _direct(xq, w, taps, rows, acc, out):
     n_blocks = (Ho + rows - 1) // rows
     n_threads = acc.shape[0]
     for thread in prange(n_threads):
-        start, stop = _share(N * K * n_blocks, thread, n_threads)
+        start, stop = share(N * K * n_blocks, thread, n_threads)
         for item in range(start, stop):
             n, k, i0 = item // (K * n_blocks), (item // n_blocks) % K, (item % n_blocks) * rows
             block = acc[thread, :min(rows, Ho - i0) * Wq]
@@ -394,7 +378,7 @@ def _depthwise(x, w, rows, cols, H, W, sh, sw, Wo, split, partial, out):
     for thread in prange(n_threads):
         tw, toff, tj = np.empty(most, w.dtype), np.empty(most, np.int64), np.empty((2, most), np.int64)
         cw, coff = np.empty(most, w.dtype), np.empty(most, np.int64)
-        start, stop = _share(N * K, thread, n_threads)
+        start, stop = share(N * K, thread, n_threads)
         own = partial[thread]
         for item in range(start, stop):
             n, k = item // K, item % K

@@ -46,6 +46,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
+from ._kernels import copy_strided, valid_range
 from .params import ConvParams
 from .registry import Algorithm, register
 
@@ -67,29 +68,9 @@ def product_bytes_per_image(p: ConvParams) -> int:
 
 
 @njit(cache=True)
-def _valid_columns(s, dw, left, sw, W, Wo):
-    """[j0, j1): the output columns j whose input column j*sw + s*dw - left lies inside 0..W-1."""
-    offset = s * dw - left
-    j0 = max(0, (-offset + sw - 1) // sw)
-    j1 = min(Wo, (W - 1 - offset) // sw + 1)
-    return j0, max(j0, j1)
-
-
-@njit(cache=True)
 def _zero(line):
     for j in range(len(line)):
         line[j] = 0.0
-
-
-@njit(cache=True)
-def _copy_strided(dst, src, step):
-    """dst[j] = src[j * step]; the unit step as its own loop, so it vectorises."""
-    if step == 1:
-        for j in range(len(dst)):
-            dst[j] = src[j]
-    else:
-        for j in range(len(dst)):
-            dst[j] = src[j * step]
 
 
 @njit(parallel=True, cache=True)
@@ -100,7 +81,7 @@ def _fill_patches(x, n0, nb, R, S, sh, sw, top, left, dh, dw, Ho, Wo, patches):
     for item in prange(nb * rows):
         b, row = item // rows, item % rows
         c, r, s = row // (R * S), (row // S) % R, row % S
-        j0, j1 = _valid_columns(s, dw, left, sw, W, Wo)
+        j0, j1 = valid_range(s * dw - left, sw, W, Wo)
         dst = patches[row, b * Ho * Wo:(b + 1) * Ho * Wo]
         src_image = x[n0 + b, c]
         for i in range(Ho):
@@ -111,7 +92,7 @@ def _fill_patches(x, n0, nb, R, S, sh, sw, top, left, dh, dw, Ho, Wo, patches):
                 continue
             _zero(line[:j0])
             _zero(line[j1:])
-            _copy_strided(line[j0:j1], src_image[ih, j0 * sw + s * dw - left:], sw)
+            copy_strided(line[j0:j1], src_image[ih, j0 * sw + s * dw - left:], sw)
 
 
 class Im2col(Algorithm):

@@ -45,6 +45,7 @@ import numpy as np
 from numba import get_num_threads, njit, prange
 
 from .cooktoom import cook_toom
+from ._kernels import share
 from .params import ConvParams
 from .registry import SUPPORTED, Algorithm, register, unsupported
 
@@ -84,12 +85,6 @@ def _sandwich(X, D, T, out, P):
                             out[i, j, p] += v * T[i, l, p]
 
 
-@njit(cache=True)
-def _share(n_items, thread, n_threads):
-    """The range of items thread ``thread`` of ``n_threads`` takes (equal contiguous shares)."""
-    return thread * n_items // n_threads, (thread + 1) * n_items // n_threads
-
-
 # The transform kernels split their items statically over the threads and allocate their scratch once per
 # thread (a fresh allocation per item would pay the page faults of fresh memory again and again).
 @njit(parallel=True, cache=True)
@@ -104,7 +99,7 @@ def _filter_transform(w, G, block, n_threads, U):
         D = np.empty((r, r, block), G.dtype)
         T = np.empty((alpha, r, block), G.dtype)
         Y = np.empty((alpha, alpha, block), G.dtype)
-        start, stop = _share(n_blocks, thread, n_threads)
+        start, stop = share(n_blocks, thread, n_threads)
         for item in range(start, stop):
             f0 = item * block
             nf = min(block, n_filters - f0)
@@ -158,7 +153,7 @@ def _input_transform(xpad, BT, m, q0, tiles_w, rows_per_block, n_threads, V):
         D = np.empty((alpha, alpha, rows_per_block * tiles_w), xpad.dtype)
         T = np.empty_like(D)
         Y = np.empty_like(D)
-        start, stop = _share(C * n_blocks, thread, n_threads)
+        start, stop = share(C * n_blocks, thread, n_threads)
         for item in range(start, stop):
             c, first_row = item // n_blocks, (item % n_blocks) * rows_per_block
             rows = min(rows_per_block, n_rows - first_row)
@@ -195,7 +190,7 @@ def _output_transform(M, AT, q0, tiles_w, rows_per_block, n_threads, out):
         D = np.empty((alpha, alpha, rows_per_block * tiles_w), M.dtype)
         T = np.empty((m, alpha, rows_per_block * tiles_w), M.dtype)
         Y = np.empty((m, m, rows_per_block * tiles_w), M.dtype)
-        start, stop = _share(K * n_blocks, thread, n_threads)
+        start, stop = share(K * n_blocks, thread, n_threads)
         for item in range(start, stop):
             k, first_row = item // n_blocks, (item % n_blocks) * rows_per_block
             rows = min(rows_per_block, n_rows - first_row)
