@@ -27,37 +27,21 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-import time
 
 import numba
 import numpy as np
 
 import convalgos
-from convalgos import ConvParams, reference
+from convalgos import ConvParams
 from convalgos import run
 
 from . import cache
 from .heuristics import Heuristics
+from .measure import ReferenceCheck, Timer, noise
 from .table import CacheInfo, DispatchTable, Entry, Key, MiB
 
 #: ``cache_path=ENV``: the path in the AUTOTUNE_CACHE environment variable, read at first use.
 ENV = "$AUTOTUNE_CACHE"
-CHECK_ROWS = 2
-
-
-class Timer:
-    """Times a call with a clock (``time.perf_counter`` by default; tests inject a fake one)."""
-
-    def __init__(self, clock=time.perf_counter):
-        self.clock = clock
-
-    def now(self) -> float:
-        return self.clock()
-
-    def time(self, fn) -> float:
-        start = self.clock()
-        fn()
-        return self.clock() - start
 
 
 class CpuDevice:
@@ -320,7 +304,7 @@ class Tuner:
         entry = Entry(key, "", "benchmark", rule=rule, workspace=workspace, skipped=skipped)
         p, out = key.params, device.empty(key.params.out_shape, x.dtype)
         calls = {name: (lambda a=self.algorithms[name]: device.run(a, x, weight, None, p, out)) for name in ranked}
-        checker = ReferenceCheck(device.host(x), device.host(weight), p)
+        checker = ReferenceCheck("forward", device.host(x), device.host(weight), p)
         for name in ranked:
             try:
                 entry.warmup[name] = timer.time(calls[name])
@@ -377,47 +361,3 @@ class Tuner:
                 if m[n] <= m[best] * (1 + max(self.tie_tolerance, noise(samples[n]), noise(samples[best])))]
         return min(tied, key=lambda n: (not self.algorithms[n].deterministic, entry.workspace.get(n, 0),
                                         entry.errors.get(n, 0.0), n))
-
-
-def noise(samples) -> float:
-    """Relative uncertainty of the median of ``samples``: MAD / median / sqrt(n)."""
-    s = np.asarray(samples, dtype=float)
-    med = np.median(s)
-    if med <= 0:
-        return 0.0
-    return float(np.median(np.abs(s - med)) / med / np.sqrt(len(s)))
-
-
-class ReferenceCheck:
-    """Normwise error of an output against the float64 reference, on row strips at the top, middle and bottom
-    of the first and last image (the whole output when the strips would cover half of it)."""
-
-    def __init__(self, x, weight, p: ConvParams):
-        Ho = p.out_hw[0]
-        self.images = sorted({0, p.N - 1})
-        if 6 * CHECK_ROWS >= Ho:
-            starts = [0]
-            self.strips = [(0, Ho)]
-        else:
-            starts = [0, Ho // 2 - CHECK_ROWS // 2, Ho - CHECK_ROWS]
-            self.strips = [(s, s + CHECK_ROWS) for s in starts]
-        self.ref = [self._strip(x, weight, p, a, b) for a, b in self.strips]
-
-    def _strip(self, x, weight, p: ConvParams, a: int, b: int) -> np.ndarray:
-        """The reference of output rows a..b-1 of the chosen images: a layer over the input rows they read."""
-        (top, _), (left, right) = p.padding
-        first = a * p.stride[0] - top                    # input row under kernel row 0 of output row a
-        last = (b - 1) * p.stride[0] - top + p.kernel_extent[0]
-        lo, hi = max(0, first), min(p.H, last)
-        if hi <= lo:                                     # the rows read only padding
-            return np.zeros((len(self.images), p.K, b - a, p.out_hw[1]))
-        xs = x[self.images, :, lo:hi]
-        sub = ConvParams.from_shapes(xs.shape, weight.shape, stride=p.stride, dilation=p.dilation,
-                                     groups=p.groups, padding=((lo - first, last - hi), (left, right)),
-                                     dtype=p.dtype)
-        return reference.forward(xs, weight, sub)
-
-    def error(self, out) -> float:
-        y = out[self.images]
-        return reference.normwise_error(np.concatenate([y[:, :, a:b] for a, b in self.strips], axis=2),
-                                        np.concatenate(self.ref, axis=2))

@@ -11,7 +11,7 @@ import time
 from convalgos import Algorithm, reference
 from convalgos.registry import SUPPORTED, unsupported
 
-from autotune.tuner import Timer
+from autotune.measure import Timer
 
 
 class FakeClock:
