@@ -4,11 +4,11 @@ from __future__ import annotations
 import datetime
 import os
 import platform
-import time
 from pathlib import Path
 
 import numpy as np
 
+from autotune import measure
 from autotune.cache import cpu_model
 
 RESULTS = Path(__file__).parent / "results"
@@ -26,23 +26,10 @@ def header(title: str) -> str:
 
 
 def interleaved_medians(fns: dict, rounds: int = 7, min_seconds: float = 0.0) -> dict:
-    """Median seconds of each callable, timed in interleaved rounds (one warm-up first) so drift hits all alike.
-
-    Each round runs every callable once in turn; at least ``rounds`` rounds, more while the total is below
-    ``min_seconds``.
-    """
-    for fn in fns.values():
-        fn()
-    samples = {name: [] for name in fns}
-    start = time.perf_counter()
-    while len(next(iter(samples.values()), [])) < rounds or time.perf_counter() - start < min_seconds:
-        for name, fn in fns.items():
-            t0 = time.perf_counter()
-            fn()
-            samples[name].append(time.perf_counter() - t0)
-        if not fns:
-            break
-    return {name: float(np.median(s)) for name, s in samples.items()}
+    """Median seconds of each callable, timed by ``autotune.measure.interleaved`` (one warm-up, then at least
+    ``rounds`` interleaved rounds, more while they last under ``min_seconds``)."""
+    samples = measure.interleaved(fns, rounds, min_seconds=min_seconds)
+    return {name: measure.median(s) for name, s in samples.items()}
 
 
 def sgemm_gflops(m=256, k=2304, n=3136, rounds=7) -> float:
