@@ -1,0 +1,60 @@
+"""Elementwise layers: ``ReLU``, ``Identity`` and ``Dropout``.
+
+ReLU's gradient passes dy where the output is positive (torch's ``threshold_backward`` on the output).
+Dropout in train mode zeroes each element with probability p and scales the rest by 1/(1 - p), so the
+expected output is the input; its mask comes from the layer's own seeded generator, and its backward pass
+applies the same mask and scale to dy. In eval mode it is the identity.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .module import Module
+
+
+class ReLU(Module):
+    def forward(self, x):
+        y = np.maximum(x, 0)
+        self.save_for_backward(y)
+        return y
+
+    def backward_from(self, saved, dy, input_grad):
+        return relu_backward(saved[0], dy) if input_grad else None
+
+
+def relu_backward(y, dy):
+    """The gradient through a ReLU whose output was ``y``: dy where y > 0, else 0."""
+    return np.where(y > 0, dy, 0).astype(dy.dtype, copy=False)
+
+
+class Identity(Module):
+    def forward(self, x):
+        self.save_for_backward()
+        return x
+
+
+class Dropout(Module):
+    """``torch.nn.Dropout(p)``: in train mode a seeded Bernoulli mask (``seed`` starts the layer's own
+    generator, so a run is reproducible; torch's masks differ); in eval mode the identity. The last mask is
+    kept as ``mask`` (scale included), which is what a test needs to replay it elsewhere."""
+
+    def __init__(self, p=0.5, *, seed=0):
+        if isinstance(p, bool) or not isinstance(p, (int, float)) or not 0 <= p <= 1:
+            raise ValueError(f"dropout probability p must be in [0, 1], got {p!r}")
+        self.p, self.rng, self.mask = p, np.random.default_rng(seed), None
+
+    def forward(self, x):
+        if not self.training:
+            self.save_for_backward()
+            return x
+        keep = self.rng.random(x.shape) >= self.p
+        scale = 0.0 if self.p == 1 else 1.0 / (1.0 - self.p)
+        self.mask = (keep * scale).astype(x.dtype)
+        self.save_for_backward(self.mask)
+        return x * self.mask
+
+    def backward_from(self, saved, dy, input_grad):
+        return dy * saved[0] if input_grad else None
+
+    def extra_repr(self) -> str:
+        return f"p={self.p}"

@@ -1,0 +1,195 @@
+"""``Module``: named parameters, buffers and children in order, train/eval modes, gradients, state dicts.
+
+A layer keeps what its backward pass needs only while it is in train mode (``model.train()``), so inference
+holds no activations. Parameter gradients accumulate, as in torch, until ``zero_grad()`` drops them.
+"""
+from __future__ import annotations
+
+import abc
+import math
+from collections import OrderedDict
+
+import numpy as np
+
+from convalgos.backend import from_arrays, to_arrays
+
+
+class StateDictError(KeyError):
+    """A state dict that does not fit the module: missing, unexpected or mis-shaped entries, all listed."""
+
+    def __str__(self) -> str:
+        return self.args[0]
+
+
+def as_numpy(value) -> np.ndarray:
+    """A NumPy array from a NumPy array or a torch tensor (without importing torch)."""
+    if hasattr(value, "detach") and hasattr(value, "cpu"):
+        value = value.detach().cpu().numpy()
+    return np.asarray(value)
+
+
+def pair(value) -> tuple[int, int]:
+    return (value, value) if isinstance(value, int) else tuple(value)
+
+
+def he_normal(rng, shape, fan_in: int, dtype) -> np.ndarray:
+    """He (Kaiming) normal initialisation: N(0, 2 / fan_in), suited to ReLU networks."""
+    w = rng.standard_normal(shape, dtype=np.float32)
+    w *= np.float32(math.sqrt(2.0 / fan_in))
+    return w.astype(dtype, copy=False)
+
+
+def channel_sum(a: np.ndarray) -> np.ndarray:
+    """Sum of an (N, C, ...) array over every axis but C: contiguous rows first (pairwise summation), then N."""
+    return a.reshape(a.shape[0], a.shape[1], -1).sum(axis=2).sum(axis=0)
+
+
+class Module(abc.ABC):
+    """A layer: named arrays (``param_names`` then ``buffer_names``) and named child modules, in order.
+
+    Subclasses list their array attributes in ``param_names``/``buffer_names`` (an attribute set to None, such
+    as a conv without bias, is left out of the state dict) and assign child modules as attributes.
+    ``ignored_keys`` are names accepted by ``load_state_dict`` and dropped (BatchNorm's num_batches_tracked).
+
+    A subclass writes ``forward(x)``, calling ``self.save_for_backward(...)`` with what its gradient needs,
+    and ``backward_from(saved, grad_output, input_grad)``. Unlike torch, a module starts in eval mode: this
+    library began as inference only, and training is opt-in (``model.train()``).
+    """
+
+    param_names: tuple[str, ...] = ()
+    buffer_names: tuple[str, ...] = ()
+    ignored_keys: tuple[str, ...] = ()
+    training = False
+    _saved = None
+
+    def __setattr__(self, name, value):
+        if isinstance(value, Module):
+            self.__dict__.setdefault("_children", OrderedDict())[name] = value
+        object.__setattr__(self, name, value)
+
+    def __call__(self, x):
+        """The layer's output; a CPU torch tensor is read in place (DLPack) and the output is a tensor."""
+        (x,), torch_in = to_arrays(x)
+        return from_arrays(self.forward(x), torch_in)
+
+    @abc.abstractmethod
+    def forward(self, x):
+        """The layer's output for input ``x``."""
+
+    # ---- training -------------------------------------------------------------------------------------------
+    def train(self, mode: bool = True) -> "Module":
+        """Train mode (batch statistics, dropout, saving for backward) for this module and its descendants."""
+        for _, module in self.named_modules():
+            module.training = bool(mode)
+            module._saved = None
+        return self
+
+    def eval(self) -> "Module":
+        return self.train(False)
+
+    def save_for_backward(self, *arrays) -> None:
+        """Keep ``arrays`` for the backward pass in train mode; in eval mode keep nothing."""
+        self._saved = arrays if self.training else None
+
+    def backward(self, grad_output, input_grad: bool = False):
+        """Accumulate the parameters' gradients of the last forward pass, given the output's gradient.
+
+        Returns the input's gradient when ``input_grad`` is true, else None: like torch, which computes no
+        gradient for an input that does not require one (a model's first layer skips that work).
+        """
+        if self._saved is None:
+            raise RuntimeError(f"{type(self).__name__}.backward needs a forward pass in train mode first "
+                               "(call model.train() before the forward pass)")
+        (grad_output,), torch_in = to_arrays(grad_output)
+        grad_input = self.backward_from(self._saved, grad_output, input_grad)
+        return None if grad_input is None else from_arrays(grad_input, torch_in)
+
+    def backward_from(self, saved, grad_output, input_grad: bool):
+        """The gradient step of this layer (``saved`` is what forward kept); a parameterless identity here."""
+        return grad_output if input_grad else None
+
+    def accumulate_grad(self, name: str, grad: np.ndarray) -> None:
+        """Add ``grad`` to parameter ``name``'s gradient (cast to the parameter's dtype)."""
+        grads = self.__dict__.setdefault("_grads", {})
+        grad = np.asarray(grad).astype(getattr(self, name).dtype, copy=False)
+        grads[name] = grad if name not in grads else grads[name] + grad
+
+    def zero_grad(self) -> None:
+        """Drop every gradient (torch's ``set_to_none=True``, its default)."""
+        for _, module in self.named_modules():
+            module.__dict__.pop("_grads", None)
+
+    def named_parameters(self):
+        """(dotted name, array) for every parameter (not buffers), in state-dict order."""
+        for prefix, module in self.named_modules():
+            for name in module.param_names:
+                value = getattr(module, name)
+                if value is not None:
+                    yield (f"{prefix}.{name}" if prefix else name), value
+
+    def parameters(self) -> list:
+        return [value for _, value in self.named_parameters()]
+
+    def grad_dict(self) -> "OrderedDict[str, np.ndarray]":
+        """Dotted torch parameter name -> gradient, for every parameter that has one (like state_dict())."""
+        return OrderedDict((f"{prefix}.{name}" if prefix else name, module._grads[name])
+                           for prefix, module in self.named_modules() for name in module.param_names
+                           if name in module.__dict__.get("_grads", {}))
+
+    # ---- structure and state ---------------------------------------------------------------------------------
+    def named_children(self):
+        return iter(self.__dict__.get("_children", {}).items())
+
+    def named_modules(self, prefix: str = ""):
+        """(dotted name, module) for this module and every descendant, depth first, in order."""
+        yield prefix, self
+        for name, child in self.named_children():
+            yield from child.named_modules(f"{prefix}.{name}" if prefix else name)
+
+    def _own_arrays(self):
+        for name in self.param_names + self.buffer_names:
+            value = getattr(self, name)
+            if value is not None:
+                yield name, value
+
+    def state_dict(self) -> "OrderedDict[str, np.ndarray]":
+        """Dotted PyTorch-style name -> array (the arrays themselves, not copies)."""
+        return OrderedDict((f"{prefix}.{name}" if prefix else name, value)
+                           for prefix, module in self.named_modules() for name, value in module._own_arrays())
+
+    def load_state_dict(self, mapping) -> None:
+        """Copy arrays (NumPy or torch tensors) into this module, cast to each array's current dtype.
+
+        Raises StateDictError naming every missing, unexpected or mis-shaped key (and its shapes); nothing
+        is copied unless everything fits.
+        """
+        own = self.state_dict()
+        ignored = {f"{prefix}.{name}" if prefix else name
+                   for prefix, module in self.named_modules() for name in module.ignored_keys}
+        given = {key: as_numpy(value) for key, value in mapping.items()}
+        problems = [f"missing key {k!r} (expected shape {own[k].shape})" for k in own if k not in given]
+        problems += [f"unexpected key {k!r} (shape {v.shape})" for k, v in given.items()
+                     if k not in own and k not in ignored]
+        problems += [f"size mismatch for {k!r}: expected shape {own[k].shape}, got {given[k].shape}"
+                     for k in own if k in given and given[k].shape != own[k].shape]
+        if problems:
+            raise StateDictError(f"load_state_dict into {type(self).__name__} failed:\n  " + "\n  ".join(problems))
+        for prefix, module in self.named_modules():
+            for name, value in list(module._own_arrays()):
+                key = f"{prefix}.{name}" if prefix else name
+                setattr(module, name, np.array(given[key], dtype=value.dtype))
+
+    def astype(self, dtype) -> "Module":
+        """Cast every array of every module to ``dtype`` in place; returns self."""
+        for _, module in self.named_modules():
+            for name, value in list(module._own_arrays()):
+                setattr(module, name, value.astype(dtype))
+        return self
+
+    def __repr__(self) -> str:
+        children = "".join(f"\n  ({name}): " + repr(child).replace("\n", "\n  ")
+                           for name, child in self.named_children())
+        return f"{type(self).__name__}({self.extra_repr()}{children}{chr(10) if children else ''})"
+
+    def extra_repr(self) -> str:
+        return ""

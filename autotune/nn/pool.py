@@ -1,0 +1,184 @@
+"""Pooling: ``MaxPool2d``, ``AvgPool2d`` and ``AdaptiveAvgPool2d``, forward and backward, whole-array NumPy.
+
+Fixed-window pooling works tap by tap: for each kernel tap (i, j), the strided view of the padded input that
+tap sees in every window is one array operation, so the Python loop runs over the kh*kw taps, never over
+pixels. The backward pass adds each tap's share of dy back into that same view of a zero padded gradient,
+then crops the padding:
+
+- max: the whole dy of a window goes to the tap that held its maximum (the first one in scan order, as in
+  torch), remembered in the forward pass as one small tap index per output;
+- average: each tap gets dy / divisor.
+
+Adaptive average pooling is linear and separable: y = P_h x P_w^T, with P_h[i, h] = 1/len(bin i) for the
+rows of bin i (likewise P_w), so its backward pass is dx = P_h^T dy P_w: two GEMMs each way.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from .module import Module, pair
+
+
+def _pool_out(size: int, k: int, s: int, p: int, ceil_mode: bool) -> int:
+    """PyTorch's pooling output size; in ceil mode the last window must start inside the input or left pad."""
+    span = size + 2 * p - k
+    out = (-(-span // s) if ceil_mode else span // s) + 1
+    if ceil_mode and (out - 1) * s >= size + p:
+        out -= 1
+    return out
+
+
+class _Pool2d(Module):
+    """Shared window arithmetic: pad (plus the ceil-mode overhang), then one strided view per kernel tap."""
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False):
+        self.kernel_size = pair(kernel_size)
+        self.stride = pair(self.kernel_size if stride is None else stride)
+        self.padding = pair(padding)
+        self.ceil_mode = ceil_mode
+        for k, p in zip(self.kernel_size, self.padding):
+            if p > k // 2:
+                raise ValueError(f"padding should be at most half the kernel size, got padding={padding}, "
+                                 f"kernel_size={kernel_size}")
+
+    def _geometry(self, H, W):
+        """Output size and the (before, after) padding per spatial axis, overhang included."""
+        out, pads = [], []
+        for size, k, s, p in zip((H, W), self.kernel_size, self.stride, self.padding):
+            o = _pool_out(size, k, s, p, self.ceil_mode)
+            if o < 1:
+                raise ValueError(f"{type(self).__name__}: output size below 1 for input {H}x{W}")
+            out.append(o)
+            pads.append((p, max(p, (o - 1) * s + k - size - p)))
+        return out, pads
+
+    def _taps(self, out):
+        """(rows, cols) of the padded input that kernel tap (i, j) reads for every output, taps in scan order."""
+        (sh, sw), (Ho, Wo), (kh, kw) = self.stride, out, self.kernel_size
+        return [(slice(i, i + sh * (Ho - 1) + 1, sh), slice(j, j + sw * (Wo - 1) + 1, sw))
+                for i in range(kh) for j in range(kw)]
+
+    def _sum_windows(self, x, pads, out):
+        """The sum over every pooling window of x zero-padded by ``pads``."""
+        xp = np.pad(x, ((0, 0), (0, 0)) + tuple(pads))
+        taps = self._taps(out)
+        acc = xp[(...,) + taps[0]].copy()
+        for tap in taps[1:]:
+            acc += xp[(...,) + tap]
+        return acc
+
+    def _scatter_taps(self, x_shape, pads, out, share_of_tap):
+        """dx: for every tap, ``share_of_tap(t)`` added into the padded view that tap read; padding cropped."""
+        (t, b), (l, r) = pads
+        N, C, H, W = x_shape
+        grad = np.zeros((N, C, H + t + b, W + l + r), share_of_tap(0).dtype)
+        for k, tap in enumerate(self._taps(out)):
+            grad[(...,) + tap] += share_of_tap(k)
+        return grad[:, :, t:t + H, l:l + W].copy()
+
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+                + (", ceil_mode=True" if self.ceil_mode else ""))
+
+
+class MaxPool2d(_Pool2d):
+    """``torch.nn.MaxPool2d`` (dilation 1): the max over each window, padding counting as -inf."""
+
+    def forward(self, x):
+        out, pads = self._geometry(*x.shape[2:])
+        xp = np.pad(x, ((0, 0), (0, 0)) + tuple(pads), constant_values=-np.inf)
+        taps = self._taps(out)
+        acc = xp[(...,) + taps[0]].copy()
+        if not self.training:
+            for tap in taps[1:]:
+                np.maximum(acc, xp[(...,) + tap], out=acc)
+            self.save_for_backward()
+            return acc
+        argmax = np.zeros(acc.shape, np.min_scalar_type(len(taps)))
+        for k, tap in enumerate(taps[1:], 1):
+            view = xp[(...,) + tap]
+            better = (view > acc) | np.isnan(view)       # torch: a later tap wins only if strictly larger, or NaN
+            np.copyto(acc, view, where=better)
+            argmax[better] = k
+        self.save_for_backward(x.shape, pads, out, argmax)
+        return acc
+
+    def backward_from(self, saved, dy, input_grad):
+        if not input_grad:
+            return None
+        x_shape, pads, out, argmax = saved
+        return self._scatter_taps(x_shape, pads, out, lambda k: np.where(argmax == k, dy, 0).astype(dy.dtype))
+
+
+class AvgPool2d(_Pool2d):
+    """``torch.nn.AvgPool2d``: the mean over each window.
+
+    ``count_include_pad=True`` (PyTorch's default) divides by the part of the window inside the padded
+    input; False divides by the part inside the unpadded input. Either divisor is the same window sum over a
+    0/1 mask, so ceil mode's overhang (never counted) comes out right without special cases.
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+        super().__init__(kernel_size, stride, padding, ceil_mode)
+        self.count_include_pad = count_include_pad
+
+    def _divisor(self, H, W, pads, out):
+        (ph, pw), counted = self.padding, np.ones((1, 1, H, W))
+        if self.count_include_pad:
+            counted = np.pad(counted, ((0, 0), (0, 0), (ph, ph), (pw, pw)), constant_values=1)
+            pads = [(0, a - p) for (_, a), p in zip(pads, (ph, pw))]
+        return self._sum_windows(counted, pads, out)
+
+    def forward(self, x):
+        (H, W), dt = x.shape[2:], x.dtype
+        out, pads = self._geometry(H, W)
+        divisor = self._divisor(H, W, pads, out)
+        self.save_for_backward(x.shape, pads, out, divisor)
+        return (self._sum_windows(x.astype(np.float64), pads, out) / divisor).astype(dt)
+
+    def backward_from(self, saved, dy, input_grad):
+        if not input_grad:
+            return None
+        x_shape, pads, out, divisor = saved
+        share = (dy / divisor).astype(dy.dtype)
+        return self._scatter_taps(x_shape, pads, out, lambda k: share)
+
+
+class AdaptiveAvgPool2d(Module):
+    """``torch.nn.AdaptiveAvgPool2d``: output bin i averages rows floor(i*H/out) to ceil((i+1)*H/out) - 1
+    (likewise columns), computed as P_h x P_w^T (see the module docstring)."""
+
+    def __init__(self, output_size):
+        self.output_size = pair(output_size)
+
+    def forward(self, x):
+        H, W = x.shape[2:]
+        ph, pw = (_bin_matrix(size, out) for size, out in zip((H, W), self.output_size))
+        self.save_for_backward(ph, pw)
+        return _separable(x, ph, pw)
+
+    def backward_from(self, saved, dy, input_grad):
+        ph, pw = saved
+        return _separable(dy, ph.T, pw.T) if input_grad else None
+
+    def extra_repr(self) -> str:
+        return f"output_size={self.output_size}"
+
+
+def _bin_matrix(size: int, out: int) -> np.ndarray:
+    """P (out, size): row i is 1/len over bin i = [floor(i*size/out), ceil((i+1)*size/out)), else 0."""
+    i = np.arange(out)
+    start, end = (i * size) // out, -((-(i + 1) * size) // out)
+    cols = np.arange(size)
+    inside = (cols >= start[:, None]) & (cols < end[:, None])
+    return inside / (end - start)[:, None]
+
+
+def _separable(a, ph, pw):
+    """ph @ a @ pw.T over the last two axes of (N, C, h, w) ``a``, as two GEMMs; float16 computed in float32."""
+    N, C, h, w = a.shape
+    ct = np.promote_types(a.dtype, np.float32)
+    cols = a.reshape(-1, w).astype(ct, copy=False) @ pw.T.astype(ct)                 # (N*C*h, ow)
+    ow, oh = pw.shape[0], ph.shape[0]
+    rows = ph.astype(ct) @ cols.reshape(N * C, h, ow).transpose(1, 0, 2).reshape(h, -1)  # (oh, N*C*ow)
+    return np.ascontiguousarray(rows.reshape(oh, N, C, ow).transpose(1, 2, 0, 3), dtype=a.dtype)
