@@ -11,8 +11,13 @@ kernel columns [s0, s0 + sc), the block loads into shared memory
 then each thread does sc*KB multiply-adds from shared memory. The column chunk sc is as large as fits
 PATCH_W columns, so any kernel width, stride and dilation fit (TW shrinks for very large strides).
 
+The (image, group, channel block) index and the column tile share the grid's x axis (up to 2^31 - 1
+blocks), so a large batch of depthwise channels does not meet CUDA's 65535-block limit on y and z; y holds the
+row tiles.
+
 FLOPs: 2*N*K*Cg*R*S*Ho*Wo (the direct-equivalent count). Workspace: none (shared memory only).
-Constraints: none; supports every layer (depthwise included).
+Constraints: the grid within CUDA's limits (at most 65535 row tiles: Ho <= 65535 * TH); any stride, padding,
+dilation and groups (depthwise included). Accuracy: taps summed in order in the compute dtype.
 """
 from __future__ import annotations
 
@@ -24,7 +29,8 @@ import numpy as np
 from numba import cuda
 
 from ..params import ConvParams
-from .base import GPUAlgorithm
+from ..registry import SUPPORTED, unsupported
+from .base import MAX_GRID_X, MAX_GRID_YZ, GPUAlgorithm
 
 #: output channels per block (register accumulators per thread).
 KB = 4
@@ -39,7 +45,7 @@ def direct_kernel(dtype: str):
     nb_dtype = numba.from_dtype(np.dtype(dtype))
 
     @cuda.jit
-    def kernel(x, w, out, top, left, sh, sw, dh, dw, s_chunk, k_blocks):
+    def kernel(x, w, out, top, left, sh, sw, dh, dw, s_chunk, k_blocks, col_tiles):
         C_, H, W = x.shape[1], x.shape[2], x.shape[3]
         K, Cg, R, S = w.shape[0], w.shape[1], w.shape[2], w.shape[3]
         Ho, Wo = out.shape[2], out.shape[3]
@@ -47,10 +53,11 @@ def direct_kernel(dtype: str):
         tw, th = cuda.blockDim.x, cuda.blockDim.y
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
         tid, nthreads = ty * tw + tx, tw * th
-        i0, j0 = cuda.blockIdx.y * th, cuda.blockIdx.x * tw
+        z = cuda.blockIdx.x // col_tiles                 # (image, group, channel block)
+        i0, j0 = cuda.blockIdx.y * th, (cuda.blockIdx.x % col_tiles) * tw
         i, j = i0 + ty, j0 + tx
-        n = cuda.blockIdx.z // (k_blocks * (C_ // Cg))
-        gk = cuda.blockIdx.z % (k_blocks * (C_ // Cg))
+        n = z // (k_blocks * (C_ // Cg))
+        gk = z % (k_blocks * (C_ // Cg))
         g, kb = gk // k_blocks, gk % k_blocks
         k0 = g * Kg + kb * KB
         nk = min(KB, Kg - kb * KB)
@@ -87,31 +94,42 @@ def direct_kernel(dtype: str):
     return kernel
 
 
-def launch_shape(p: ConvParams) -> tuple[tuple[int, int, int], tuple[int, int], int, int]:
-    """(grid, block, s_chunk, k_blocks): the tile shrinks to the output and to strides too wide to share."""
+def launch_shape(p: ConvParams) -> tuple[tuple[int, int], tuple[int, int], int, int, int]:
+    """(grid, block, s_chunk, k_blocks, col_tiles): the tile shrinks to the output and to strides too wide to
+    share; grid x is (image, group, channel block) by column tile."""
     Ho, Wo = p.out_hw
     sw, dw = p.stride[1], p.dilation[1]
     tw = max(1, min(TW, Wo, (PATCH_W - 1) // sw + 1))
     th = min(TH, Ho)
     s_chunk = max(1, min(p.S, (PATCH_W - 1 - (tw - 1) * sw) // dw + 1))
     k_blocks = math.ceil(p.Kg / KB)
-    grid = (math.ceil(Wo / tw), math.ceil(Ho / th), p.N * p.groups * k_blocks)
-    return grid, (tw, th), s_chunk, k_blocks
+    col_tiles = math.ceil(Wo / tw)
+    grid = (col_tiles * p.N * p.groups * k_blocks, math.ceil(Ho / th))
+    return grid, (tw, th), s_chunk, k_blocks, col_tiles
 
 
 class Direct(GPUAlgorithm):
     """Direct convolution with shared-memory input and weight tiles (see the module docstring)."""
 
     name = "direct"
+    # taps summed in order in the compute dtype (float16 in float32, then rounded to 2^-11)
+    tolerance = {"float16": 2e-3, "float32": 5e-6, "float64": 1e-12}
 
-    def workspace_bytes(self, p: ConvParams) -> int:
+    def constraints(self, p: ConvParams, op: str = "forward"):
+        (blocks_x, row_tiles) = launch_shape(p)[0]
+        if row_tiles > MAX_GRID_YZ or blocks_x > MAX_GRID_X:
+            return unsupported(f"{self.name} launches a grid of {blocks_x} x {row_tiles} blocks, over CUDA's "
+                               f"{MAX_GRID_X} x {MAX_GRID_YZ}")
+        return SUPPORTED
+
+    def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         return 0
 
-    def flops(self, p: ConvParams) -> int:
+    def flops(self, p: ConvParams, op: str = "forward") -> int:
         return p.flops
 
     def forward(self, x, w, p: ConvParams, out) -> None:
-        grid, block, s_chunk, k_blocks = launch_shape(p)
+        grid, block, s_chunk, k_blocks, col_tiles = launch_shape(p)
         (top, _), (left, _) = p.padding
         direct_kernel(p.compute_dtype)[grid, block](x, w, out, top, left, *p.stride, *p.dilation, s_chunk,
-                                                    k_blocks)
+                                                    k_blocks, col_tiles)

@@ -5,7 +5,8 @@ each tile gives (Th - Re + 1) x (Tw - Se + 1) dense outputs. Per axis the tile s
 tiles * T * log2(2T), a proxy for the FFT work. Small tiles keep the spectra small and batch many short FFTs.
 
 FLOPs and workspace: the formulas of ``convalgos.cuda.fft`` for this plan.
-Constraints: the dilated kernel must fit one tile (Re, Se <= TILE_SIZES[-1]); the workspace must fit.
+Constraints: the dilated kernel must fit one tile (Re, Se <= TILE_SIZES[-1]) whatever the stride (unlike the
+CPU's polyphase tiles, which shrink the kernel by the stride); the workspace must fit MAX_WORKSPACE.
 """
 from __future__ import annotations
 
@@ -45,14 +46,16 @@ class FFTTiled(FFT):
     def plan(self, p: ConvParams) -> TilePlan | None:
         return tiled_plan(p)
 
-    def supports(self, p: ConvParams):
+    def constraints(self, p: ConvParams, op: str = "forward"):
         if self.plan(p) is None:
+            (Re, Se) = p.kernel_extent
             return unsupported(f"{self.name} tiles are at most {TILE_SIZES[-1]} pixels, but the dilated kernel "
-                               f"spans {p.kernel_extent[0]}x{p.kernel_extent[1]}")
-        return super().supports(p)
+                               f"spans {Re}x{Se} (the GPU computes the dense stride-1 result, so the stride "
+                               f"does not shrink it)")
+        return super().constraints(p, op)
 
-    def workspace_bytes(self, p: ConvParams) -> int:
-        return super().workspace_bytes(p) if self.plan(p) else 0
+    def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
+        return super().workspace_bytes(p, op) if self.plan(p) else 0
 
-    def flops(self, p: ConvParams) -> int:
-        return super().flops(p) if self.plan(p) else 0
+    def flops(self, p: ConvParams, op: str = "forward") -> int:
+        return super().flops(p, op) if self.plan(p) else 0

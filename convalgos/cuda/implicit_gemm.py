@@ -1,4 +1,4 @@
-"""GPU implicit GEMM: the im2col GEMM with the patch matrix never materialised (GPU only).
+"""GPU implicit GEMM: the im2col GEMM with the patch matrix never materialised (CPU twin: ``convalgos.implicit_gemm``).
 
 Per group g the convolution is the GEMM
 
@@ -9,9 +9,14 @@ Each T x T block of threads computes a T x T tile of Y[g] (T output channels by 
 reduction dimension Cg*R*S in chunks of T: it loads a T x T tile of W and gathers the matching T x T tile of
 X_patch straight from x into shared memory (decoding (c, r, s) and (n, i, j), zero outside the image), then
 each thread does T multiply-adds from shared memory. The patch matrix exists only tile by tile, in shared
-memory, so there is no workspace whatever the layer.
+memory, so there is no workspace whatever the layer: with ``workspace_limit=0`` this one still runs, as
+cuDNN's IMPLICIT_GEMM does.
 
-FLOPs: 2*N*K*Cg*R*S*Ho*Wo. Workspace: none. Constraints: none (every layer).
+Grid: x walks the output pixels in tiles of T, y the (group, channel tile) pairs.
+
+FLOPs: 2*N*K*Cg*R*S*Ho*Wo. Workspace: none. Constraints: groups * ceil(Kg / T) <= 65535 (CUDA's limit on a
+grid's y axis) and ceil(N*Ho*Wo / T) <= 2^31 - 1; any stride, padding, dilation and groups otherwise.
+Accuracy: each output sums its Cg*R*S products in order in the compute dtype.
 """
 from __future__ import annotations
 
@@ -24,8 +29,8 @@ from numba import cuda
 
 from ..backend import simulator_enabled
 from ..params import ConvParams
-from ..registry import SUPPORTED
-from .base import GPUAlgorithm
+from ..registry import SUPPORTED, unsupported
+from .base import MAX_GRID_X, MAX_GRID_YZ, GPUAlgorithm
 
 #: block tile edge on a GPU, and under the simulator (fewer simulated threads).
 TILE = 16
@@ -38,14 +43,14 @@ def implicit_gemm_kernel(dtype: str, T: int):
     nb_dtype = numba.from_dtype(np.dtype(dtype))
 
     @cuda.jit
-    def kernel(x, w, out, top, left, sh, sw, dh, dw):
+    def kernel(x, w, out, top, left, sh, sw, dh, dw, groups, row_tiles):
         N, H, W = x.shape[0], x.shape[2], x.shape[3]
         K, Cg, R, S = w.shape[0], w.shape[1], w.shape[2], w.shape[3]
         Ho, Wo = out.shape[2], out.shape[3]
-        Kg = K // cuda.gridDim.z
-        g = cuda.blockIdx.z
+        Kg = K // groups
+        g = cuda.blockIdx.y // row_tiles                 # the group, then the channel tile within it
         tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        row = cuda.blockIdx.y * T + ty                   # output channel within the group
+        row = (cuda.blockIdx.y % row_tiles) * T + ty     # output channel within the group
         col = cuda.blockIdx.x * T + tx                   # output pixel (n, i, j) flattened
         gn = col // (Ho * Wo)
         gi, gj = (col // Wo) % Ho, col % Wo
@@ -76,28 +81,35 @@ def tile_edge() -> int:
     return SIM_TILE if simulator_enabled() else TILE
 
 
+def launch_grid(p: ConvParams, T: int) -> tuple[int, int]:
+    """(pixel tiles, groups * channel tiles per group)."""
+    Ho, Wo = p.out_hw
+    return math.ceil(p.N * Ho * Wo / T), p.groups * math.ceil(p.Kg / T)
+
+
 class ImplicitGemm(GPUAlgorithm):
     """Tiled GEMM gathering patch tiles into shared memory on the fly (see the module docstring)."""
 
     name = "implicit_gemm"
+    # Cg*R*S products summed in order in the compute dtype (float16 in float32, then rounded to 2^-11)
     tolerance = {"float16": 2e-3, "float32": 5e-6, "float64": 1e-12}
 
-    @property
-    def twin(self):
-        raise AttributeError("implicit_gemm is GPU only: it has no CPU twin")
-
-    def supports(self, p: ConvParams):
+    def constraints(self, p: ConvParams, op: str = "forward"):
+        blocks_x, blocks_y = launch_grid(p, TILE)
+        if blocks_y > MAX_GRID_YZ or blocks_x > MAX_GRID_X:
+            return unsupported(f"{self.name} launches a grid of {blocks_x} x {blocks_y} blocks, over CUDA's "
+                               f"{MAX_GRID_X} x {MAX_GRID_YZ}")
         return SUPPORTED
 
-    def workspace_bytes(self, p: ConvParams) -> int:
+    def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         return 0
 
-    def flops(self, p: ConvParams) -> int:
+    def flops(self, p: ConvParams, op: str = "forward") -> int:
         return p.flops
 
     def forward(self, x, w, p: ConvParams, out) -> None:
         T = tile_edge()
-        Ho, Wo = p.out_hw
-        grid = (math.ceil(p.N * Ho * Wo / T), math.ceil(p.Kg / T), p.groups)
+        blocks_x, blocks_y = launch_grid(p, T)
         (top, _), (left, _) = p.padding
-        implicit_gemm_kernel(p.compute_dtype, T)[grid, (T, T)](x, w, out, top, left, *p.stride, *p.dilation)
+        implicit_gemm_kernel(p.compute_dtype, T)[(blocks_x, blocks_y), (T, T)](
+            x, w, out, top, left, *p.stride, *p.dilation, p.groups, blocks_y // p.groups)

@@ -13,8 +13,12 @@ d[c] the alpha x alpha input tile (tiles step by m; zero outside the image, so p
 4. output transform kernel: one work item per (output channel, tile) computes A^T M A and writes the tile's
    pixels that lie inside the output.
 
-FLOPs: the CPU twin's formula (``convalgos.winograd``). Workspace: U, V, M of alpha^2 * (K*Cg, C*P, K*P)
-elements, P = N * ceil(Ho/m) * ceil(Wo/m) tiles, and the three matrices (the whole batch at once: no chunks). Constraints: 3x3 kernel, stride 1, dilation 1.
+FLOPs: the GEMMs, 2*alpha^2*K*Cg*P, plus the transforms as done here, densely (the CPU's skip the zeros of
+B^T, A^T and G): 4*alpha^3 per (channel, tile), 2*m*alpha*(alpha + m) per (output channel, tile) and
+6*alpha*(3 + alpha) per (k, c) filter. Workspace: U, V, M of alpha^2 * (K*Cg, C*P, K*P) elements,
+P = N * ceil(Ho/m) * ceil(Wo/m) tiles, and the three matrices (the whole batch at once: no chunks).
+Constraints: 3x3 kernel, stride 1, dilation 1; any padding and groups.
+Accuracy: as on the CPU, rounding in G and the transforms' cancellation, growing with m.
 """
 from __future__ import annotations
 
@@ -27,6 +31,7 @@ from numba import cuda
 from ..backend import array_module
 from ..cooktoom import cook_toom
 from ..params import ConvParams
+from ..registry import SUPPORTED, unsupported
 from .base import GPUAlgorithm, launch_1d
 
 
@@ -101,16 +106,36 @@ def output_transform_kernel(dtype: str, m: int):
 class Winograd(GPUAlgorithm):
     """F(m x m, 3 x 3) on the GPU; one instance per output tile size m (see the module docstring)."""
 
-    def __init__(self, m: int):
+    def __init__(self, m: int, tolerance: dict[str, float]):
         super().__init__()
         self.m, self.alpha = m, m + 2
         self.name = f"winograd_{m}x{m}"
+        self.tolerance = tolerance
         self.matrices = cook_toom(m, 3)
 
-    def workspace_bytes(self, p: ConvParams) -> int:
+    def constraints(self, p: ConvParams, op: str = "forward"):
+        if (p.R, p.S) != (3, 3):
+            return unsupported(f"{self.name} needs a 3x3 kernel, got {p.R}x{p.S}")
+        if p.stride != (1, 1):
+            return unsupported(f"{self.name} needs stride 1, got {p.stride}")
+        if p.dilation != (1, 1):
+            return unsupported(f"{self.name} needs dilation 1, got {p.dilation}")
+        return SUPPORTED
+
+    def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         P = p.N * self._tiles(p)[0] * self._tiles(p)[1]
         matrices = self.alpha * (self.m + 3 + self.alpha)                     # A^T, G, B^T on the device
         return (self.alpha ** 2 * (p.K * p.Cg + p.C * P + p.K * P) + matrices) * p.itemsize
+
+    def flops(self, p: ConvParams, op: str = "forward") -> int:
+        """The GEMMs, plus the transforms as this module computes them: dense, zeros of B^T, A^T, G included."""
+        tiles_h, tiles_w = self._tiles(p)
+        P, a, m = p.N * tiles_h * tiles_w, self.alpha, self.m
+        gemm = 2 * a * a * p.K * p.Cg * P
+        input_transform = 4 * a ** 3 * p.C * P                                # B^T d, then (B^T d) B
+        output_transform = (2 * m * a * a + 2 * m * m * a) * p.K * P          # A^T M, then (A^T M) A
+        filter_transform = (2 * a * 3 * 3 + 2 * a * a * 3) * p.K * p.Cg      # G w, then (G w) G^T
+        return gemm + input_transform + output_transform + filter_transform
 
     def _tiles(self, p: ConvParams) -> tuple[int, int]:
         Ho, Wo = p.out_hw

@@ -1,4 +1,9 @@
-"""Every GPU algorithm against the float64 reference on tiny layers (simulator: ~1 ms per GPU thread)."""
+"""Every GPU algorithm against the float64 reference on tiny layers (simulator: ~1 ms per GPU thread).
+
+The grid test is the contract between ``supports`` and the kernels: for every GPU algorithm and layer, a
+truthy answer means the forward pass runs and agrees with the reference within that algorithm's own
+tolerance; a falsy one carries a reason and ``convalgos.cuda.conv2d`` refuses with ``UnsupportedError``.
+"""
 import numpy as np
 import pytest
 
@@ -15,6 +20,8 @@ LAYERS = [
     (1, 3, 7, 6, 2, 3, 2, 2, ((1, 0), (0, 1)), (1, 2), 1),  # stride, dilation, non-square kernel
     (2, 3, 4, 4, 2, 1, 1, 1, 0, 1, 1),                     # 1x1 plain GEMM
     (1, 2, 5, 4, 2, 5, 4, 1, 1, 1, 1),                     # kernel as large as the padded input
+    (1, 1, 67, 2, 1, 65, 1, 2, 0, 1, 1),                   # 65x1 at stride 2: wider than fft_tiled's tiles
+    (1, 1, 1, 68, 2, 1, 3, 1, 0, (1, 33), 1),              # dilated 1x3 spanning 67 columns
 ]
 NAMES = list(gpu.ALGORITHMS)
 
@@ -31,44 +38,57 @@ def host(a):
     return a if isinstance(a, np.ndarray) else a.get()
 
 
-def run_layer(name, layer, dtype, seed=0):
+def layer_arrays(layer, dtype, seed=0):
     N, C, H, W, K, R, S, stride, padding, dilation, groups = layer
     rng = np.random.default_rng(seed)
     x = rng.standard_normal((N, C, H, W)).astype(dtype)
     w = rng.standard_normal((K, C // groups, R, S)).astype(dtype)
     b = rng.standard_normal(K).astype(dtype)
-    kwargs = dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+    return x, w, b, dict(stride=stride, padding=padding, dilation=dilation, groups=groups)
+
+
+def check_layer(name, layer, dtype, seed=0):
+    """Run the layer if the algorithm supports it and compare with the reference; else check the refusal."""
+    x, w, b, kwargs = layer_arrays(layer, dtype, seed)
     p = convalgos.ConvParams.from_arrays(x, w, b, **kwargs)
     algorithm = gpu.ALGORITHMS[name]
-    if not algorithm.supports(p):
-        pytest.skip(f"{name}: {algorithm.supports(p).reason}")
-    y = gpu.conv2d(device(x), device(w), device(b), **kwargs, algo=name)
-    ref = reference.conv2d(x, w, b, **kwargs)
-    return host(y), ref, algorithm
+    support = algorithm.supports(p)
+    if not support:
+        assert support.reason
+        with pytest.raises(convalgos.UnsupportedError, match=name):
+            gpu.conv2d(device(x), device(w), device(b), **kwargs, algo=name)
+        return False
+    y = host(gpu.conv2d(device(x), device(w), device(b), **kwargs, algo=name))
+    assert y.dtype == np.dtype(dtype) and y.shape == p.out_shape
+    assert reference.normwise_error(y, reference.conv2d(x, w, b, **kwargs)) <= algorithm.tolerance_of(
+        "forward", np.dtype(dtype).name)
+    return True
 
 
 @pytest.mark.parametrize("layer", LAYERS, ids=[f"layer{i}" for i in range(len(LAYERS))])
 @pytest.mark.parametrize("name", NAMES)
-def test_float32_matches_reference(name, layer):
-    y, ref, algorithm = run_layer(name, layer, np.float32)
-    assert y.dtype == np.float32 and y.shape == ref.shape
-    assert reference.normwise_error(y, ref) <= algorithm.tolerance["float32"]
+def test_supports_answers_what_runs(name, layer):
+    check_layer(name, layer, np.float32)
+
+
+def test_the_grid_holds_refusals_and_runs():
+    """The grid above reaches both branches for the algorithms with constraints."""
+    supported = {(name, i): bool(gpu.ALGORITHMS[name].supports(convalgos.ConvParams.from_arrays(
+        *layer_arrays(layer, np.float32)[:3], **layer_arrays(layer, np.float32)[3])))
+        for name in NAMES for i, layer in enumerate(LAYERS)}
+    assert not supported[("fft_tiled", 6)] and not supported[("fft_tiled", 7)] and supported[("fft", 6)]
+    assert not supported[("winograd_4x4", 3)] and supported[("winograd_4x4", 0)]
+    assert all(supported[(name, i)] for name in ("direct", "implicit_gemm", "im2col") for i in range(len(LAYERS)))
 
 
 @pytest.mark.parametrize("name", NAMES)
-def test_float16_computed_in_float32(name):
-    y, ref, algorithm = run_layer(name, LAYERS[1], np.float16, seed=1)
-    assert y.dtype == np.float16
-    assert reference.normwise_error(y, ref) <= algorithm.tolerance["float16"]
+@pytest.mark.parametrize("dtype", [np.float16, np.float64])
+def test_float16_and_float64(name, dtype):
+    assert check_layer(name, LAYERS[1], dtype, seed=1)
 
 
-def test_registry_mirrors_cpu_plus_implicit_gemm():
-    assert NAMES == list(convalgos.ALGORITHMS) + ["implicit_gemm"]
-
-
-def test_tolerances_are_the_cpu_twins():
-    for name in convalgos.ALGORITHMS:
-        assert gpu.ALGORITHMS[name].tolerance == convalgos.ALGORITHMS[name].tolerance
+def test_every_gpu_algorithm_has_the_name_of_a_cpu_one_in_its_order():
+    assert [name for name in convalgos.ALGORITHMS if name in gpu.ALGORITHMS] == NAMES
 
 
 def test_out_and_non_contiguous_input():
@@ -103,16 +123,24 @@ def test_bad_input_validated_like_the_cpu():
         gpu.conv2d([[1.0]], device(np.zeros((2, 3, 3, 3), np.float32)))
 
 
-def test_launch_geometry_beyond_one_block(monkeypatch):
-    """Several 8x8 direct tiles per image; implicit_gemm with the GPU's 16x16 tile; a stride wider than
-    direct's shared patch row (its tile narrows)."""
-    from convalgos.cuda import implicit_gemm
-    monkeypatch.setattr(implicit_gemm, "SIM_TILE", implicit_gemm.TILE)
-    rng = np.random.default_rng(3)
-    cases = [("direct", (1, 2, 11, 10), (5, 2, 3, 3), dict(padding=((1, 0), (0, 2)))),
-             ("implicit_gemm", (1, 3, 5, 5), (17, 3, 3, 3), dict(padding=1)),
-             ("direct", (1, 1, 3, 300), (1, 1, 1, 3), dict(stride=(1, 100)))]
+def run_cases(cases, seed=3):
+    rng = np.random.default_rng(seed)
     for name, xs, ws, kw in cases:
         x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
         y = host(gpu.conv2d(device(x), device(w), **kw, algo=name))
         assert reference.normwise_error(y, reference.conv2d(x, w, **kw)) <= 5e-6, (name, xs)
+
+
+def test_launch_geometry_beyond_one_block():
+    """direct: several 8x8 tiles per image, column tiles beside (group, channel block) pairs on grid x;
+    implicit_gemm: several pixel tiles, and channel tiles of two groups on grid y; direct: a stride wider than
+    its shared patch row (its tile narrows)."""
+    run_cases([("direct", (1, 2, 10, 10), (10, 1, 3, 3), dict(padding=((1, 0), (0, 2)), groups=2)),
+               ("implicit_gemm", (1, 4, 3, 3), (10, 2, 3, 3), dict(padding=1, groups=2)),
+               ("direct", (1, 1, 3, 300), (1, 1, 1, 3), dict(stride=(1, 100)))])
+
+
+def test_implicit_gemm_with_the_gpu_tile(monkeypatch):
+    from convalgos.cuda import implicit_gemm
+    monkeypatch.setattr(implicit_gemm, "SIM_TILE", implicit_gemm.TILE)
+    run_cases([("implicit_gemm", (1, 3, 4, 4), (5, 3, 3, 3), dict(padding=1))])

@@ -4,9 +4,10 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import convalgos
-from convalgos import ConvParams
+from convalgos import ConvParams, conv, reference
 from convalgos import cuda as gpu
 from convalgos.cuda import fft_tiled, implicit_gemm
 
@@ -15,15 +16,32 @@ LAYERS = [ConvParams.from_shapes((2, 4, 6, 6), (4, 2, 3, 3), padding=1, groups=2
           ConvParams.from_shapes((2, 3, 4, 4), (5, 3, 1, 1))]
 
 
-def test_supports_follow_the_cpu_twin_where_the_gpu_computes_alike():
-    for name in ("direct", "im2col", "winograd_2x2", "winograd_4x4", "winograd_6x6"):
-        for p in LAYERS:
-            assert bool(gpu.ALGORITHMS[name].supports(p)) == bool(convalgos.ALGORITHMS[name].supports(p))
+def test_gpu_algorithms_answer_without_the_cpu_registry(monkeypatch):
+    """No GPU algorithm asks a CPU algorithm anything: with the CPU registry emptied, every answer stands."""
+    answers = {name: [(bool(a.supports(p)), a.workspace_bytes(p), a.flops(p), a.tolerance_of("forward", "float32"))
+                      for p in LAYERS] for name, a in gpu.ALGORITHMS.items()}
+    monkeypatch.setattr(convalgos.registry, "ALGORITHMS", {})
+    for name, a in gpu.ALGORITHMS.items():
+        assert [(bool(a.supports(p)), a.workspace_bytes(p), a.flops(p), a.tolerance_of("forward", "float32"))
+                for p in LAYERS] == answers[name]
 
 
 def test_winograd_reasons():
     p = LAYERS[1]
     assert gpu.ALGORITHMS["winograd_4x4"].supports(p).reason == "winograd_4x4 needs a 3x3 kernel, got 5x5"
+    p = ConvParams.from_shapes((1, 2, 6, 6), (2, 2, 3, 3), stride=2)
+    assert gpu.ALGORITHMS["winograd_2x2"].supports(p).reason == "winograd_2x2 needs stride 1, got (2, 2)"
+
+
+@pytest.mark.parametrize("op", ["backward_data", "backward_filter"])
+def test_only_the_forward_pass_is_on_the_gpu(op):
+    p = LAYERS[0]
+    for name, algorithm in gpu.ALGORITHMS.items():
+        assert not algorithm.implements(op)
+        assert algorithm.supports(p, op).reason == f"{name} has no {op} pass"
+    w, dy = np.zeros(p.weight_shape, np.float32), np.zeros(p.out_shape, np.float32)
+    with pytest.raises(convalgos.UnsupportedError, match="implicit_gemm has no backward_data pass"):
+        conv.backward_data_in(gpu.ALGORITHMS, p.in_shape, w, dy, 1, 1, 1, 2, "implicit_gemm", None)
 
 
 def test_implicit_gemm_supports_every_layer_without_workspace():
@@ -33,11 +51,44 @@ def test_implicit_gemm_supports_every_layer_without_workspace():
         assert gpu.ALGORITHMS["implicit_gemm"].flops(p) == p.flops
 
 
+def test_a_zero_workspace_cap_leaves_implicit_gemm_and_it_allocates_nothing():
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
+    w = rng.standard_normal((2, 2, 3, 3)).astype(np.float32)
+    p = ConvParams.from_arrays(x, w, padding=1)
+    algorithm = gpu.ALGORITHMS["implicit_gemm"]
+    algorithm.release()
+    convalgos.set_workspace_cap(0)
+    try:
+        runnable = [name for name, a in gpu.ALGORITHMS.items() if a.supports(p)]
+        assert "implicit_gemm" in runnable and "im2col" not in runnable and "fft" not in runnable
+        assert all(gpu.ALGORITHMS[name].workspace_bytes(p) == 0 for name in runnable)
+        y = gpu.conv2d(x, w, padding=1, algo="implicit_gemm")
+    finally:
+        convalgos.set_workspace_cap(None)
+    assert algorithm.workspace.nbytes == 0
+    assert reference.normwise_error(y, reference.conv2d(x, w, padding=1)) <= algorithm.tolerance["float32"]
+
+
+def test_grid_limits_are_constraints():
+    wide = ConvParams.from_shapes((1, 70000 * 16, 1, 1), (70000 * 16, 1, 1, 1), groups=70000 * 16)
+    answer = gpu.ALGORITHMS["implicit_gemm"].supports(wide)
+    assert not answer and "65535" in answer.reason
+    assert gpu.ALGORITHMS["direct"].supports(wide)        # direct puts (image, group) on grid x
+
+
 def test_fft_tiled_refuses_a_kernel_wider_than_its_largest_tile():
     p = ConvParams.from_shapes((1, 1, 90, 90), (1, 1, 3, 3), dilation=40)
     answer = gpu.ALGORITHMS["fft_tiled"].supports(p)
     assert not answer and "tiles are at most 64 pixels" in answer.reason and "81x81" in answer.reason
     assert gpu.ALGORITHMS["fft"].supports(p)
+
+
+def test_fft_tiled_refuses_what_its_dense_tiles_cannot_hold_though_the_cpus_polyphase_can():
+    p = ConvParams.from_shapes((1, 1, 67, 2), (1, 1, 65, 1), stride=2)
+    answer = gpu.ALGORITHMS["fft_tiled"].supports(p)
+    assert not answer and "65x1" in answer.reason
+    assert convalgos.ALGORITHMS["fft_tiled"].supports(p)
 
 
 def test_fft_tile_plans_cover_the_dense_output():
@@ -75,10 +126,10 @@ def test_kept_buffers_within_workspace_bytes():
         assert 0 < algorithm.workspace.nbytes <= algorithm.workspace_bytes(p), name
 
 
-def test_flops_winograd_is_the_twins_and_below_direct_on_deep_layers():
+def test_flops_winograd_count_dense_transforms_and_stay_below_direct_on_deep_layers():
     p = ConvParams.from_shapes((1, 64, 16, 16), (64, 64, 3, 3), padding=1)
     for name in ("winograd_2x2", "winograd_4x4"):
-        assert gpu.ALGORITHMS[name].flops(p) == convalgos.ALGORITHMS[name].flops(p) < p.flops
+        assert convalgos.ALGORITHMS[name].flops(p) < gpu.ALGORITHMS[name].flops(p) < p.flops
 
 
 def test_kernels_compile_once_per_dtype():
@@ -88,7 +139,7 @@ def test_kernels_compile_once_per_dtype():
 
 
 def test_without_a_gpu_import_works_and_use_says_what_is_missing():
-    code = ("import numpy as np, convalgos, convalgos.cuda as g\n"
+    code = ("import numpy as np, convalgos.cuda as g, convalgos\n"
             "from convalgos.backend import GPUUnavailableError\n"
             "try:\n"
             "    g.conv2d(np.zeros((1, 1, 3, 3), np.float32), np.zeros((1, 1, 3, 3), np.float32))\n"
