@@ -1,264 +1,142 @@
-"""Winograd F(m x m, 3 x 3) convolution for m = 2, 4, 6: "winograd_2x2", "winograd_4x4", "winograd_6x6".
+"""Winograd minimal filtering for 3x3 layers, all three passes: "winograd_2x2", "winograd_4x4", "winograd_6x6".
 
-Maths (Lavin & Gray 2016). Cut the output into m x m tiles; tile (ty, tx) needs the alpha x alpha input patch
-(alpha = m + 2) at (ty*m, tx*m) of the zero-padded input. With the Cook-Toom matrices A^T (m x alpha),
-G (alpha x 3), B^T (alpha x alpha) of F(m, 3) from ``convalgos.cooktoom``, for every group:
+Forward, F(m x m, 3 x 3) (Lavin & Gray 2016). Cut the output into m x m tiles; tile (ty, tx) needs the alpha x
+alpha patch (alpha = m + 2) at (ty*m, tx*m) of the zero-padded input. With the Cook-Toom matrices A^T (m x
+alpha), G (alpha x 3), B^T (alpha x alpha) of F(m, 3) from ``convalgos.cooktoom``, for every group:
 
     U[xi][k, c] = (G w[k, c] G^T)[xi]                     filter transform, once per call
     V[xi][c, p] = (B^T d[c, p] B)[xi]                     input transform, every tile p and channel c
     M[xi]       = U[xi] @ V[xi]      (Kg x Cg) @ (Cg x P)  alpha^2 independent GEMMs, one batched matmul
     y[k, p]     = A^T M[:, k, p] A   (cropped)             output transform
 
-where xi runs over the alpha^2 positions of a transformed tile. The convolution over the channels becomes a
-GEMM per xi because the transforms are linear and act on each (k, c) pair separately. All three transforms
-are one Numba helper, ``_sandwich``, that applies X d X^T to a batch of tiles laid along its last axis (so
-every inner loop is a contiguous pass over tiles), with X = G, B^T or A^T as float arrays from the generator.
+xi runs over the alpha^2 points of a transformed tile. The channel sum becomes a GEMM per xi because the
+transforms are linear and act on each (k, c) pair separately.
 
-Multiplies per output tile of m x m, per (k, c) pair: alpha^2 = (m + 2)^2 elementwise products against
-m^2 * 9 directly: 16 vs 36 (2.25x fewer) for m = 2, 36 vs 144 (4x) for m = 4, 64 vs 324 (5.06x) for m = 6.
+Backward-data is a forward convolution. At stride 1, dx[c, i, j] = sum_{k, r, s} dy[k, i + t - r, j + l - s]
+w[k, c, r, s] (t, l: top and left padding): the 3x3 correlation of dy, padded by 2 - t rows above and 2 - b
+below (2 - l, 2 - r columns; a padding above 2 crops dy instead), with the filter flipped in both axes and its
+K and C swapped in each group, w'[c, k] = J w[k, c] J (J reverses 3 entries). So it is the forward F(m x m,
+3 x 3) with tiles over dx, and U of the flipped filter needs no flipped copy: G J w J G^T = (G J) w (G J)^T,
+G with its columns reversed; the GEMM per xi is U[xi]^T (Cg x Kg) @ V[xi] (Kg x P) on the same U layout.
 
-FLOPs (``flops``): the GEMMs, 2 * alpha^2 * Kg * Cg * groups * P with P = N * ceil(Ho/m) * ceil(Wo/m) tiles,
-plus the transforms as done: applying X (b x a) on both sides of a tile, X d X^T, costs 2 * nnz(X) * (a + b)
-(one multiply-add per nonzero of X per row or column; zeros are skipped): per tile and channel for B^T,
-per tile and output channel for A^T, per (k, c) for G.
+Backward-filter is a correlation with dy as the filter, dw[k, c, r, s] = sum_{n, i, j} x_pad[c, i + r, j + s]
+dy[k, i, j]: output 3 x 3, "filter" Ho x Wo. Cut dy into the same m x m tiles as the forward output (zero
+beyond Ho, Wo); each contributes to dw the 3x3 correlation of its alpha x alpha x tile with the m x m dy
+tile, F(3 x 3, m x m), with the matrices A'^T (3 x alpha), G' (alpha x m), B'^T (alpha x alpha) of F(3, m)
+(the same generator, output size 3, filter size m; B'^T = B^T: same points). Summing over tiles before the
+output transform (it is linear):
 
-Workspace (``workspace_bytes``): U (alpha^2 K Cg), the padded input (N C Hpad Wpad, Hpad = m*ceil(Ho/m) + 2,
-likewise Wpad), and V (alpha^2 C Pc) and M (alpha^2 K Pc) for a chunk of Pc tiles: whole rows of tiles, as
-many as keep V and M within ``chunk_bytes``. Each transform kernel also allocates, per thread and call, three
-scratch arrays of at most alpha^2 * ``tiles_per_block`` (or ``filter_block``) elements (tens of KiB, not
-counted).
+    X[xi][c, p]  = (B'^T x[c, p] B')[xi]                  every alpha x alpha tile of the padded x
+    D[xi][k, p]  = (G' dy[k, p] G'^T)[xi]                 every m x m tile of dy
+    S[xi]        = D[xi] @ X[xi]^T   (Kg x P) @ (P x Cg)  a GEMM per xi, summed over images and tiles
+    dw[k, c]     = A'^T S[:, k, c] A'                     3 x 3, once per (k, c)
 
-Constraints: a 3x3 kernel, stride 1, dilation 1; any padding (asymmetric too), any groups. Depthwise layers
-(Cg = 1) run but are slow: each GEMM degenerates to (Kg x 1) @ (1 x P), an outer product (done by
-broadcasting), so there is no channel sum to amortise the transforms over, and they cost as much as the
-direct convolution's 9 multiply-adds per output; ``direct`` is the algorithm for them.
+cuDNN ships only a non-fused Winograd for this pass (CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED, with
+the transforms and GEMM as separate kernels over workspace, as here); its fused Winograd is forward and
+backward-data only. The transforms here are one Numba helper applying X d X^T to a batch of tiles
+(``convalgos.winograd_kernels``).
+
+Multiplies per m x m tile (forward and backward-data: of the output; backward-filter: of dy) per (k, c) pair:
+alpha^2 against 9 m^2 directly, in every pass: 16 vs 36 (2.25x fewer) for m = 2, 36 vs 144 (4x) for m = 4,
+64 vs 324 (5.06x) for m = 6 (``gemm_multiplies``). FLOPs (``flops``): twice that, plus the transforms as done:
+X (b x a) applied on both sides, X d X^T, costs 2 * nnz(X) * (a + b) (zeros skipped). Forward: B^T per tile
+and input channel, A^T per tile and output channel, G per (k, c). Backward-data: the same with K and C
+swapped and P counted over dx. Backward-filter: B'^T per tile and C, G' per tile and K, A'^T per (k, c), and an
+add of S per chunk of tiles after the first. P = N * ceil(Ho'/m) * ceil(Wo'/m), (Ho', Wo') = dx's (H, W) in
+backward-data and (Ho, Wo) otherwise.
+
+Workspace (``workspace_bytes``), elements: forward: U (alpha^2 K Cg), the padded x (N C Hpad Wpad, Hpad =
+m*ceil(Ho'/m) + 2, likewise Wpad) and the transformed tiles of a chunk (alpha^2 (C + K) Pc). Backward-data:
+the same with dy padded (N K Hpad Wpad). Backward-filter: the padded x, dy padded to whole tiles (N K (Hpad
+- 2)(Wpad - 2), none when m divides Ho and Wo), the chunk's tiles, S (alpha^2 K Cg) and, when there are
+several chunks, a second S. A chunk is whole rows of tiles, as many as keep its tiles within ``chunk_bytes``.
+Each transform kernel also allocates per thread a scratch of a few alpha^2 * ``tiles_per_block`` (or
+``filter_block``) elements (tens of KiB, not counted).
+
+Constraints (every pass): a 3x3 kernel, stride 1, dilation 1; any padding (asymmetric too), any groups.
+Depthwise layers run but are slow: each GEMM is an outer product (done by broadcasting), with no channel sum to
+amortise the transforms over, and they cost as much as direct's 9 multiply-adds per output.
 
 Accuracy: B^T is integer and A^T holds powers of two, so the float32 error comes from rounding in G (entries
 like 1/90) and from the transforms' cancellation, which grows with the tile size. Measured normwise float32
-errors on C = 512 layers (12x12 to 28x28): about 8e-7 for m = 2, 1e-5 to 3e-5 for m = 4 and 0.6e-5 to 3e-5
-for m = 6 (F(6,3)'s points are chosen well, see ``convalgos.cooktoom``). Doing the filter transform in float64
-instead changed nothing measurable, so every transform runs in the compute dtype.
+forward errors on C = 512 layers (12x12 to 28x28): about 8e-7 for m = 2, 1e-5 to 3e-5 for m = 4 and 0.6e-5 to
+3e-5 for m = 6 (F(6,3)'s points are chosen well, see ``convalgos.cooktoom``). Backward passes: see the table at
+the bottom. Every transform runs in the compute dtype (a float64 filter transform changed nothing measurable).
 """
 from __future__ import annotations
 
 import numpy as np
-from numba import get_num_threads, njit, prange
+from numba import get_num_threads
 
 from .cooktoom import cook_toom
-from ._kernels import share
 from .params import ConvParams
 from .registry import SUPPORTED, Algorithm, register, unsupported
+from .winograd_kernels import filter_transform, output_transform, shift_into, tile_transform
 
 
-@njit(cache=True)
-def _sandwich(X, D, T, out, P):
-    """out[i, j, :P] = sum_{k, l} X[i, k] D[k, l, :P] X[j, l]: X D X^T for P tiles on the last axis.
-
-    X: (b, a); D: (a, a, >= P) tiles; T: (b, a, >= P) scratch; out: (b, b, >= P), all C-contiguous. Zeros
-    of X are skipped; every loop over the tiles is a contiguous pass the compiler vectorises."""
-    b, a = X.shape
-    for i in range(b):                                   # T = X D
-        for l in range(a):
-            first = True
-            for k in range(a):
-                v = X[i, k]
-                if v != 0.0:
-                    if first:
-                        for p in range(P):
-                            T[i, l, p] = v * D[k, l, p]
-                        first = False
-                    else:
-                        for p in range(P):
-                            T[i, l, p] += v * D[k, l, p]
-    for i in range(b):                                   # out = T X^T
-        for j in range(b):
-            first = True
-            for l in range(a):
-                v = X[j, l]
-                if v != 0.0:
-                    if first:
-                        for p in range(P):
-                            out[i, j, p] = v * T[i, l, p]
-                        first = False
-                    else:
-                        for p in range(P):
-                            out[i, j, p] += v * T[i, l, p]
-
-
-# The transform kernels split their items statically over the threads and allocate their scratch once per
-# thread (a fresh allocation per item would pay the page faults of fresh memory again and again).
-@njit(parallel=True, cache=True)
-def _filter_transform(w, G, block, n_threads, U):
-    """U[:, :, f] = G w[f] G^T for every filter f = k*Cg + c. w: (K*Cg, r, r); U: (alpha, alpha, K*Cg).
-
-    One item is a block of ``block`` consecutive (k, c) filters, so each store is a contiguous run."""
-    n_filters, r = w.shape[0], w.shape[1]
-    alpha = G.shape[0]
-    n_blocks = (n_filters + block - 1) // block
-    for thread in prange(n_threads):
-        D = np.empty((r, r, block), G.dtype)
-        T = np.empty((alpha, r, block), G.dtype)
-        Y = np.empty((alpha, alpha, block), G.dtype)
-        start, stop = share(n_blocks, thread, n_threads)
-        for item in range(start, stop):
-            f0 = item * block
-            nf = min(block, n_filters - f0)
-            for i in range(r):
-                for j in range(r):
-                    dst, tap = D[i, j], w[f0:f0 + nf, i, j]           # tap (i, j) of every filter
-                    for f in range(nf):
-                        dst[f] = tap[f]
-            _sandwich(G, D, T, Y, nf)
-            for i in range(alpha):
-                for j in range(alpha):
-                    dst, src = U[i, j, f0:f0 + nf], Y[i, j]
-                    for f in range(nf):
-                        dst[f] = src[f]
-
-
-@njit(parallel=True, cache=True)
-def _pad_input(x, top, left, xpad):
-    """xpad = x shifted by (top, left) inside zeros; xpad is at least as large as the shifted x."""
-    N, C, H, W = x.shape
-    Hpad, Wpad = xpad.shape[2], xpad.shape[3]
-    for nc in prange(N * C):
-        n, c = nc // C, nc % C
-        for i in range(Hpad):
-            row = xpad[n, c, i]
-            if top <= i < top + H:
-                src, dst = x[n, c, i - top], row[left:left + W]
-                for j in range(left):
-                    row[j] = 0.0
-                for j in range(W):
-                    dst[j] = src[j]
-                for j in range(left + W, Wpad):
-                    row[j] = 0.0
-            else:
-                for j in range(Wpad):
-                    row[j] = 0.0
-
-
-@njit(parallel=True, cache=True)
-def _input_transform(xpad, BT, m, q0, tiles_w, rows_per_block, n_threads, V):
-    """V[:, :, c, q*tiles_w + tx] = B^T d B for the tile (ty, tx) of tile row q0 + q (flattened over the batch).
-
-    xpad: (N, C, Hpad, Wpad); V: (alpha, alpha, C, P) with P = (tile rows in this chunk) * tiles_w. One item
-    is one channel and a block of rows_per_block tile rows."""
-    C, Hpad = xpad.shape[1], xpad.shape[2]
-    alpha = BT.shape[0]
-    tiles_h = (Hpad - alpha) // m + 1
-    n_rows = V.shape[3] // tiles_w
-    n_blocks = (n_rows + rows_per_block - 1) // rows_per_block
-    for thread in prange(n_threads):
-        D = np.empty((alpha, alpha, rows_per_block * tiles_w), xpad.dtype)
-        T = np.empty_like(D)
-        Y = np.empty_like(D)
-        start, stop = share(C * n_blocks, thread, n_threads)
-        for item in range(start, stop):
-            c, first_row = item // n_blocks, (item % n_blocks) * rows_per_block
-            rows = min(rows_per_block, n_rows - first_row)
-            P = rows * tiles_w
-            for q in range(rows):
-                n, ty = (q0 + first_row + q) // tiles_h, (q0 + first_row + q) % tiles_h
-                for k in range(alpha):
-                    for l in range(alpha):
-                        src = xpad[n, c, ty * m + k, l::m]             # column l of every tile
-                        dst = D[k, l, q * tiles_w:(q + 1) * tiles_w]
-                        for tx in range(tiles_w):
-                            dst[tx] = src[tx]
-            _sandwich(BT, D, T, Y, P)
-            p0 = first_row * tiles_w
-            for i in range(alpha):
-                for j in range(alpha):
-                    dst, src = V[i, j, c, p0:p0 + P], Y[i, j]
-                    for p in range(P):
-                        dst[p] = src[p]
-
-
-@njit(parallel=True, cache=True)
-def _output_transform(M, AT, q0, tiles_w, rows_per_block, n_threads, out):
-    """out[n, k, ty*m + i, tx*m + j] = (A^T M[:, :, k, p] A)[i, j], cropped to out's Ho x Wo.
-
-    M: (alpha, alpha, K, P) for the tile rows q0 .. q0 + P / tiles_w - 1; out: (N, K, Ho, Wo). One item is
-    one output channel and a block of rows_per_block tile rows."""
-    K, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
-    m, alpha = AT.shape
-    tiles_h = (Ho + m - 1) // m
-    n_rows = M.shape[3] // tiles_w
-    n_blocks = (n_rows + rows_per_block - 1) // rows_per_block
-    for thread in prange(n_threads):
-        D = np.empty((alpha, alpha, rows_per_block * tiles_w), M.dtype)
-        T = np.empty((m, alpha, rows_per_block * tiles_w), M.dtype)
-        Y = np.empty((m, m, rows_per_block * tiles_w), M.dtype)
-        start, stop = share(K * n_blocks, thread, n_threads)
-        for item in range(start, stop):
-            k, first_row = item // n_blocks, (item % n_blocks) * rows_per_block
-            rows = min(rows_per_block, n_rows - first_row)
-            P, p0 = rows * tiles_w, first_row * tiles_w
-            for i in range(alpha):
-                for j in range(alpha):
-                    dst, src = D[i, j], M[i, j, k, p0:p0 + P]
-                    for p in range(P):
-                        dst[p] = src[p]
-            _sandwich(AT, D, T, Y, P)
-            for q in range(rows):
-                n, ty = (q0 + first_row + q) // tiles_h, (q0 + first_row + q) % tiles_h
-                for i in range(min(m, Ho - ty * m)):
-                    for j in range(m):
-                        dst = out[n, k, ty * m + i, j::m]            # column j of every tile, cropped
-                        src = Y[i, j, q * tiles_w:(q + 1) * tiles_w]
-                        for tx in range(dst.shape[0]):
-                            dst[tx] = src[tx]
-
-
-def _nnz(matrix) -> int:
-    return sum(1 for row in matrix for v in row if v != 0)
+def _sandwich_flops(matrix) -> int:
+    """FLOPs of X d X^T for one a x a array d and X (b x a): a multiply-add per nonzero of X per row or column."""
+    b, a = len(matrix), len(matrix[0])
+    return 2 * sum(1 for row in matrix for v in row if v != 0) * (a + b)
 
 
 class Winograd(Algorithm):
-    """F(m x m, 3 x 3) Winograd convolution; one instance per output tile size m."""
+    """F(m x m, 3 x 3) Winograd convolution (and F(3 x 3, m x m) for backward-filter); one instance per m."""
 
     deterministic = True
-    #: V and M of one chunk of tiles stay within this many bytes (whole tile rows; at least one row).
+    #: the transformed tiles of one chunk stay within this many bytes (whole tile rows; at least one row).
     chunk_bytes = 32 << 20
     #: tiles a transform kernel takes per loop iteration (whole tile rows; at least one row).
     tiles_per_block = 256
     #: filters ((k, c) pairs) per item of the filter transform.
     filter_block = 1024
 
-    def __init__(self, m: int, tolerance: dict[str, float]):
+    def __init__(self, m: int, tolerances: dict[str, dict[str, float]], points=None):
+        """``tolerances``: pass -> dtype -> normwise error allowed; ``points``: F(m, 3)'s finite points."""
         super().__init__()
         self.m, self.r = m, 3
         self.alpha = m + self.r - 1
         self.name = f"winograd_{m}x{m}"
-        self.tolerance = tolerance
-        self.matrices = cook_toom(m, self.r)
-        self._float_matrices = {np.dtype(dt): self.matrices.as_float(dt) for dt in (np.float32, np.float64)}
+        self.tolerances = tolerances
+        self.tolerance = tolerances.get("forward", {})
+        self.matrices = cook_toom(m, self.r, points)                 # F(m, 3): forward and backward-data
+        self.filter_matrices = cook_toom(self.r, m, points)          # F(3, m): backward-filter
+        self._float = {np.dtype(dt): self._float_matrices(dt) for dt in (np.float32, np.float64)}
+
+    def _float_matrices(self, dtype) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+        """Pass -> (output, filter, input) transform matrices in ``dtype``; backward-data's G is G J."""
+        AT, G, BT = self.matrices.as_float(dtype)
+        return {"forward": (AT, G, BT), "backward_data": (AT, np.ascontiguousarray(G[:, ::-1]), BT),
+                "backward_filter": self.filter_matrices.as_float(dtype)}
 
     # ---- sizes ---------------------------------------------------------------------------------------------
     @property
     def elementwise_multiplies_per_tile(self) -> int:
-        """Multiplies per m x m output tile and (k, c) pair: alpha^2 (direct: m^2 * 9)."""
+        """Multiplies per m x m tile and (k, c) pair, in every pass: alpha^2 (direct: m^2 * 9)."""
         return self.alpha ** 2
 
-    def _tiles(self, p: ConvParams) -> tuple[int, int]:
-        Ho, Wo = p.out_hw
-        return -(-Ho // self.m), -(-Wo // self.m)
+    def _tiles(self, p: ConvParams, op: str) -> tuple[int, int]:
+        """The m x m tile grid: over dx in backward-data, over y (or dy) otherwise."""
+        H, W = (p.H, p.W) if op == "backward_data" else p.out_hw
+        return -(-H // self.m), -(-W // self.m)
 
-    def _padded_hw(self, p: ConvParams) -> tuple[int, int]:
-        tiles_h, tiles_w = self._tiles(p)
+    def _padded_hw(self, p: ConvParams, op: str) -> tuple[int, int]:
+        tiles_h, tiles_w = self._tiles(p, op)
         return tiles_h * self.m + self.r - 1, tiles_w * self.m + self.r - 1
 
-    def _rows_per_chunk(self, p: ConvParams) -> int:
-        """Tile rows per chunk: as many as fit V and M in chunk_bytes, balanced over the chunks."""
-        tiles_h, tiles_w = self._tiles(p)
+    def _rows_per_chunk(self, p: ConvParams, op: str) -> int:
+        """Tile rows per chunk: as many as fit the chunk's tiles in chunk_bytes, balanced over the chunks."""
+        tiles_h, tiles_w = self._tiles(p, op)
         row_bytes = self.alpha ** 2 * (p.C + p.K) * tiles_w * p.itemsize
         rows = max(1, self.chunk_bytes // row_bytes)
         n_rows = max(1, p.N * tiles_h)
         n_chunks = -(-n_rows // rows)
         return -(-n_rows // n_chunks)
 
-    # ---- the four questions --------------------------------------------------------------------------------
+    def _n_chunks(self, p: ConvParams, op: str) -> int:
+        return -(-p.N * self._tiles(p, op)[0] // self._rows_per_chunk(p, op))
+
+    # ---- the questions -------------------------------------------------------------------------------------
     def constraints(self, p: ConvParams, op: str = "forward"):
         if (p.R, p.S) != (3, 3):
             return unsupported(f"{self.name} needs a 3x3 kernel, got {p.R}x{p.S}")
@@ -269,56 +147,142 @@ class Winograd(Algorithm):
         return SUPPORTED
 
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
-        tiles_w = self._tiles(p)[1]
-        Hpad, Wpad = self._padded_hw(p)
-        tiles_per_chunk = self._rows_per_chunk(p) * tiles_w
-        elements = (self.alpha ** 2 * p.K * p.Cg + p.N * p.C * Hpad * Wpad
-                    + self.alpha ** 2 * (p.C + p.K) * tiles_per_chunk)
+        tiles_h, tiles_w = self._tiles(p, op)
+        Hpad, Wpad = self._padded_hw(p, op)
+        a2 = self.alpha ** 2
+        chunk = a2 * (p.C + p.K) * self._rows_per_chunk(p, op) * tiles_w
+        if op == "forward":
+            elements = a2 * p.K * p.Cg + p.N * p.C * Hpad * Wpad + chunk
+        elif op == "backward_data":
+            elements = a2 * p.K * p.Cg + p.N * p.K * Hpad * Wpad + chunk
+        else:
+            dy_tiles = 0 if self._dy_is_whole_tiles(p) else p.N * p.K * (Hpad - 2) * (Wpad - 2)
+            sums = a2 * p.K * p.Cg * (1 if self._n_chunks(p, op) == 1 else 2)
+            elements = p.N * p.C * Hpad * Wpad + dy_tiles + chunk + sums
         return elements * p.itemsize
 
+    def gemm_multiplies(self, p: ConvParams, op: str = "forward") -> int:
+        """The elementwise products in the transformed domain: alpha^2 per tile per (k, c) pair."""
+        tiles_h, tiles_w = self._tiles(p, op)
+        return self.alpha ** 2 * p.Kg * p.Cg * p.groups * p.N * tiles_h * tiles_w
+
     def flops(self, p: ConvParams, op: str = "forward") -> int:
-        tiles_h, tiles_w = self._tiles(p)
+        tiles_h, tiles_w = self._tiles(p, op)
         P = p.N * tiles_h * tiles_w
-        a, m, r = self.alpha, self.m, self.r
+        gemm = 2 * self.gemm_multiplies(p, op)
+        if op == "backward_filter":
+            AT, G, BT = self.filter_matrices.AT, self.filter_matrices.G, self.filter_matrices.BT
+            chunk_sums = (self._n_chunks(p, op) - 1) * self.alpha ** 2 * p.K * p.Cg
+            return (gemm + _sandwich_flops(BT) * p.C * P + _sandwich_flops(G) * p.K * P
+                    + _sandwich_flops(AT) * p.K * p.Cg + chunk_sums)
+        n_in, n_out = (p.C, p.K) if op == "forward" else (p.K, p.C)
         mats = self.matrices
-        gemm = 2 * a * a * p.Kg * p.Cg * p.groups * P
-        input_transform = 2 * _nnz(mats.BT) * (a + a) * p.C * P
-        output_transform = 2 * _nnz(mats.AT) * (a + m) * p.K * P
-        filter_transform = 2 * _nnz(mats.G) * (r + a) * p.K * p.Cg
-        return gemm + input_transform + output_transform + filter_transform
+        return (gemm + _sandwich_flops(mats.BT) * n_in * P + _sandwich_flops(mats.AT) * n_out * P
+                + _sandwich_flops(mats.G) * p.K * p.Cg)
 
+    def tolerance_of(self, op: str, dtype: str) -> float:
+        return self.tolerances[op][dtype]
+
+    # ---- the passes ----------------------------------------------------------------------------------------
     def forward(self, x, w, p: ConvParams, out) -> None:
-        a2, cdt = self.alpha ** 2, x.dtype
-        AT, G, BT = self._float_matrices[cdt]
-        tiles_h, tiles_w = self._tiles(p)
-        n_threads = get_num_threads()
-        U = self.workspace.get("U", (self.alpha, self.alpha, p.K * p.Cg), cdt)
-        _filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, self.filter_block, n_threads, U)
-        xpad = self.workspace.get("xpad", (p.N, p.C) + self._padded_hw(p), cdt)
+        a2 = self.alpha ** 2
+        U = self._transformed_filters(w, p, "forward")
         (top, _), (left, _) = p.padding
-        _pad_input(x, top, left, xpad)
+        self._correlate(x, top, left, U.reshape(a2, p.groups, p.Kg, p.Cg), p, "forward", out)
 
-        rows = self._rows_per_chunk(p)
-        block_rows = max(1, self.tiles_per_block // tiles_w)
-        V_all = self.workspace.get("V", (a2 * p.C * rows * tiles_w,), cdt)
-        M_all = self.workspace.get("M", (a2 * p.K * rows * tiles_w,), cdt)
-        U_gemm = U.reshape(a2, p.groups, p.Kg, p.Cg)
-        # with one input channel per group (depthwise) each product is (Kg x 1) @ (1 x P): an outer product,
-        # which broadcasting does in one pass where matmul would make alpha^2 * groups tiny calls
-        gemm = np.multiply if p.Cg == 1 else np.matmul
-        n_rows = p.N * tiles_h
+    def backward_data(self, dy, w, p: ConvParams, out) -> None:
+        a2 = self.alpha ** 2
+        U = self._transformed_filters(w, p, "backward_data")           # of the flipped filters
+        (top, _), (left, _) = p.padding
+        U_t = U.reshape(a2, p.groups, p.Kg, p.Cg).transpose(0, 1, 3, 2)  # K and C swapped
+        self._correlate(dy, 2 - top, 2 - left, U_t, p, "backward_data", out)
+
+    def backward_filter(self, x, dy, p: ConvParams, out) -> None:
+        a, a2, m = self.alpha, self.alpha ** 2, self.m
+        AT, G, BT = self._float[x.dtype]["backward_filter"]
+        tiles_h, tiles_w = self._tiles(p, "backward_filter")
+        n_threads, block_rows = get_num_threads(), max(1, self.tiles_per_block // tiles_w)
+        (top, _), (left, _) = p.padding
+        xpad = self.workspace.get("pad", (p.N, p.C) + self._padded_hw(p, "backward_filter"), x.dtype)
+        shift_into(x, top, left, xpad)
+        dy_tiles = dy
+        if not self._dy_is_whole_tiles(p):
+            dy_tiles = self.workspace.get("dy_tiles", (p.N, p.K, tiles_h * m, tiles_w * m), x.dtype)
+            shift_into(dy, 0, 0, dy_tiles)
+        S = self.workspace.get("S", (a2, p.groups, p.Kg, p.Cg), x.dtype)
+        for q0, P, X, D in self._chunks(p, "backward_filter", p.C, p.K, x.dtype):
+            tile_transform(xpad, BT, m, q0, tiles_w, block_rows, n_threads, X)
+            tile_transform(dy_tiles, G, m, q0, tiles_w, block_rows, n_threads, D)
+            product = S if q0 == 0 else self.workspace.get("S_chunk", S.shape, x.dtype)
+            np.matmul(D.reshape(a2, p.groups, p.Kg, P), X.reshape(a2, p.groups, p.Cg, P).transpose(0, 1, 3, 2),
+                      out=product)
+            if product is not S:
+                S += product
+        filter_transform(S.reshape(a, a, p.K * p.Cg).transpose(2, 0, 1), AT, self.filter_block, n_threads,
+                         out.reshape(p.K * p.Cg, 3, 3))
+
+    # ---- the steps they share ------------------------------------------------------------------------------
+    def _dy_is_whole_tiles(self, p: ConvParams) -> bool:
+        return all(size % self.m == 0 for size in p.out_hw)
+
+    def _transformed_filters(self, w, p: ConvParams, op: str):
+        """U (alpha, alpha, K*Cg): G w[k, c] G^T for every filter (G J for backward-data's flipped ones)."""
+        G = self._float[w.dtype][op][1]
+        U = self.workspace.get("U", (self.alpha, self.alpha, p.K * p.Cg), w.dtype)
+        filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, self.filter_block, get_num_threads(), U.transpose(2, 0, 1))
+        return U
+
+    def _chunks(self, p: ConvParams, op: str, first: int, second: int, dtype):
+        """(q0, P, A, B) per chunk of P tiles from tile row q0: A (alpha, alpha, first, P) and B (alpha, alpha,
+        second, P) views of one kept buffer (first + second = C + K channels of transformed tiles)."""
+        a, rows, tiles_w = self.alpha, self._rows_per_chunk(p, op), self._tiles(p, op)[1]
+        buffer = self.workspace.get("tiles", (a * a * (p.C + p.K) * rows * tiles_w,), dtype)
+        n_rows = p.N * self._tiles(p, op)[0]
         for q0 in range(0, n_rows, rows):
             P = min(rows, n_rows - q0) * tiles_w
-            V = V_all[:a2 * p.C * P].reshape(self.alpha, self.alpha, p.C, P)
-            M = M_all[:a2 * p.K * P].reshape(self.alpha, self.alpha, p.K, P)
-            _input_transform(xpad, BT, self.m, q0, tiles_w, block_rows, n_threads, V)
-            gemm(U_gemm, V.reshape(a2, p.groups, p.Cg, P), out=M.reshape(a2, p.groups, p.Kg, P))
-            _output_transform(M, AT, q0, tiles_w, block_rows, n_threads, out)
+            yield (q0, P, buffer[:a * a * first * P].reshape(a, a, first, P),
+                   buffer[a * a * first * P:a * a * (first + second) * P].reshape(a, a, second, P))
+
+    def _correlate(self, src, top, left, U, p: ConvParams, op: str, out) -> None:
+        """out = the 3x3 correlation (stride 1) of src placed at (top, left) inside zeros with the filters whose
+        transforms are U (alpha^2, groups, out channels per group, in channels per group), tiled over out."""
+        AT, _, BT = self._float[src.dtype][op]
+        n_in, n_out = src.shape[1], out.shape[1]
+        tiles_w = self._tiles(p, op)[1]
+        n_threads, block_rows = get_num_threads(), max(1, self.tiles_per_block // tiles_w)
+        pad = self.workspace.get("pad", (p.N, n_in) + self._padded_hw(p, op), src.dtype)
+        shift_into(src, top, left, pad)
+        # with one input channel per group (depthwise) each product is (out x 1) @ (1 x P): an outer product,
+        # which broadcasting does in one pass where matmul would make alpha^2 * groups tiny calls
+        gemm = np.multiply if U.shape[-1] == 1 else np.matmul
+        a2 = self.alpha ** 2
+        for q0, P, V, M in self._chunks(p, op, n_in, n_out, src.dtype):
+            tile_transform(pad, BT, self.m, q0, tiles_w, block_rows, n_threads, V)
+            gemm(U, V.reshape(a2, p.groups, -1, P), out=M.reshape(a2, p.groups, -1, P))
+            output_transform(M, AT, q0, tiles_w, block_rows, n_threads, out)
 
 
-# float32: measured errors (module docstring) with a margin of 3x or more, far below what a wrong tile or a wrong
-# matrix gives (order 1). float16 is computed in float32 and rounded (2^-11 relative). float64: measured up to
-# 1.4e-14 (m = 6) on small layers.
-WINOGRAD_2X2 = register(Winograd(2, {"float16": 2e-3, "float32": 1e-5, "float64": 1e-13}))
-WINOGRAD_4X4 = register(Winograd(4, {"float16": 2e-3, "float32": 1e-4, "float64": 1e-12}))
-WINOGRAD_6X6 = register(Winograd(6, {"float16": 3e-3, "float32": 2e-4, "float64": 1e-12}))
+# Normwise error allowed against the float64 reference, per m, pass and dtype. Measured float32 maxima (normwise,
+# random data; forward / backward-data / backward-filter) over C = 512 12x12 and 28x28, 256->32 28x28, ResNet-20
+# 16->16 32x32 at N = 32, 64->64 16x16 at N = 8 and 32, 32->32 32x32 at N = 64, 128->64 56x56, 3->64 224x224 and
+# a depthwise 32-channel layer:
+#     m = 2: 8e-7 (forward, module docstring) / 3.7e-7 / 7.2e-7
+#     m = 4: 1e-5 to 3e-5                     / 7.7e-6 / 8.8e-6
+#     m = 6: 0.6e-5 to 3e-5                   / 1.1e-5 / 1.4e-5   (the error grows with the tile)
+# Tolerances keep a margin of 3x or more, far below what a wrong tile or matrix gives (order 1). float64 maxima on
+# the same layers: 1.5e-15 (m = 2), 2.3e-14 (m = 4), 3.1e-14 (m = 6), every pass. float16 is computed in float32
+# and rounded (2^-11 relative), in every pass.
+_TOLERANCES = {
+    2: {"forward": {"float16": 2e-3, "float32": 1e-5, "float64": 1e-13},
+        "backward_data": {"float16": 2e-3, "float32": 5e-6, "float64": 1e-13},
+        "backward_filter": {"float16": 2e-3, "float32": 5e-6, "float64": 1e-13}},
+    4: {"forward": {"float16": 2e-3, "float32": 1e-4, "float64": 1e-12},
+        "backward_data": {"float16": 2e-3, "float32": 5e-5, "float64": 1e-12},
+        "backward_filter": {"float16": 2e-3, "float32": 5e-5, "float64": 1e-12}},
+    6: {"forward": {"float16": 3e-3, "float32": 2e-4, "float64": 1e-12},
+        "backward_data": {"float16": 3e-3, "float32": 1e-4, "float64": 1e-12},
+        "backward_filter": {"float16": 3e-3, "float32": 1e-4, "float64": 1e-12}},
+}
+WINOGRAD_2X2 = register(Winograd(2, _TOLERANCES[2]))
+WINOGRAD_4X4 = register(Winograd(4, _TOLERANCES[4]))
+WINOGRAD_6X6 = register(Winograd(6, _TOLERANCES[6]))
