@@ -31,9 +31,9 @@ output transform (it is linear):
     S[xi]        = D[xi] @ X[xi]^T   (Kg x P) @ (P x Cg)  a GEMM per xi, summed over images and tiles
     dw[k, c]     = A'^T S[:, k, c] A'                     3 x 3, once per (k, c)
 
-cuDNN ships only a non-fused Winograd for this pass (CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED, with
-the transforms and GEMM as separate kernels over workspace, as here); its fused Winograd is forward and
-backward-data only. The transforms here are one Numba helper applying X d X^T to a batch of tiles
+cuDNN ships only a non-fused Winograd for this pass (CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED: the
+transforms and the GEMMs as separate steps over a workspace, as here); its enum's fused BWD_FILTER_ALGO_WINOGRAD
+is documented as not implemented, while forward and backward-data have a fused Winograd too. The transforms here are one Numba helper applying X d X^T to a batch of tiles
 (``convalgos.winograd_kernels``).
 
 Multiplies per m x m tile (forward and backward-data: of the output; backward-filter: of dy) per (k, c) pair:
@@ -54,8 +54,9 @@ Each transform kernel also allocates per thread a scratch of a few alpha^2 * ``t
 ``filter_block``) elements (tens of KiB, not counted).
 
 Constraints (every pass): a 3x3 kernel, stride 1, dilation 1; any padding (asymmetric too), any groups.
-Depthwise layers run but are slow: each GEMM is an outer product (done by broadcasting), with no channel sum to
-amortise the transforms over, and they cost as much as direct's 9 multiply-adds per output.
+Depthwise layers run but are slow: with one channel per group the GEMMs degenerate (forward: an outer product,
+done by broadcasting; backward-filter: a dot product over the tiles), there is no channel sum to amortise the
+transforms over, and they cost as much as direct's 9 multiply-adds per output.
 
 Accuracy: B^T is integer and A^T holds powers of two, so the float32 error comes from rounding in G (entries
 like 1/90) and from the transforms' cancellation, which grows with the tile size. Measured normwise float32
@@ -98,7 +99,7 @@ class Winograd(Algorithm):
         self.alpha = m + self.r - 1
         self.name = f"winograd_{m}x{m}"
         self.tolerances = tolerances
-        self.tolerance = tolerances.get("forward", {})
+        self.tolerance = tolerances["forward"]
         self.matrices = cook_toom(m, self.r, points)                 # F(m, 3): forward and backward-data
         self.filter_matrices = cook_toom(self.r, m, points)          # F(3, m): backward-filter
         self._float = {np.dtype(dt): self._float_matrices(dt) for dt in (np.float32, np.float64)}
