@@ -1,13 +1,25 @@
 """The persistent cache: a JSON file (never pickle: loading it runs no code).
 
-    {"schema": 1, "machines": {"<id>": {fingerprint}}, "entries": [{"machine": "<id>", "version": "0.1.0",
+    {"schema": 2, "machines": {"<id>": {fingerprint}}, "entries": [{"machine": "<id>", "version": "0.1.0",
                                                                     "entry": {Entry.to_dict()}}, ...]}
 
 An entry is used only where its machine fingerprint (CPU model, cores, BLAS, numpy/numba versions, GPU
-names) and library version are this process's; the others stay in the file, untouched. A file that is
-corrupt, truncated or of another schema gives a warning and no entries. Saving takes an exclusive lock on
-``path + ".lock"``, re-reads the file, merges, writes a temporary file in the same folder and renames it over
-the old one: two processes saving at once lose no entry, and a reader never sees half a file.
+names) and library version are this process's; the others stay in the file, untouched.
+
+Files are never lost, and a convolution never fails for want of a cache:
+
+- ``problem(path)`` says, before any work, why ``path`` cannot be a cache (a directory, a missing folder, a
+  folder this process cannot write, a file that is not an autotune cache of this schema), or None.
+- A file the cache cannot read, that is not a cache (empty, corrupt, truncated, other JSON) or that another
+  schema wrote (schema 1 keys had no pass) is never overwritten and never misread: ``load`` gives no entries,
+  ``save`` refuses and writes nothing. We refuse rather than write beside it, so that one path means one
+  file; the message names the path and the fix (move the file away, or choose another path).
+- Every problem is a ``UserWarning`` naming the path, given once per path and reason (a tuner saves after
+  each tuning: it does not repeat itself), and ``save`` then returns False; the in-memory table is unchanged.
+- Saving takes an exclusive lock on a hidden file in the system's temporary folder, named by a hash of the
+  cache's real path (nothing is left beside the cache), re-reads the file, merges, writes a temporary file in
+  the same folder and renames it over the old one: two processes saving at once lose no entry, and a reader
+  never sees half a file.
 """
 from __future__ import annotations
 
@@ -27,7 +39,10 @@ import convalgos
 
 from .table import Entry
 
-SCHEMA = 1
+#: 2: keys carry the pass (``op``). A file of another schema is reported and left alone.
+SCHEMA = 2
+
+_reported: set = set()        # (path, reason) already warned about
 
 
 def cpu_model() -> str:
@@ -68,24 +83,78 @@ def machine_id(fp: dict) -> str:
     return hashlib.sha1(json.dumps(fp, sort_keys=True).encode()).hexdigest()[:12]
 
 
+# ---- reading and checking --------------------------------------------------------------------------------
+class NotACache(ValueError):
+    """The file exists but is not an autotune cache this version can read; it must not be overwritten."""
+
+
 def _read(path) -> dict:
-    """The file's content, or an empty cache (with a warning) when it is absent, corrupt or foreign."""
-    empty = {"schema": SCHEMA, "machines": {}, "entries": []}
-    if not os.path.exists(path):
+    """The file's content (an empty cache when it is absent); NotACache when it cannot be read or is not one."""
+    empty = {"schema": SCHEMA, "machines": {}, "entries": [], "odd": []}
+    if not os.path.lexists(path):
         return empty
+    if os.path.isdir(path):
+        raise NotACache("it is a directory")
     try:
-        with open(path) as f:
-            data = json.load(f)
-        if not isinstance(data, dict) or data.get("schema") != SCHEMA:
-            raise ValueError(f"schema {data.get('schema') if isinstance(data, dict) else None!r}, "
-                             f"expected {SCHEMA}")
-        if not isinstance(data.get("machines"), dict) or not isinstance(data.get("entries"), list):
-            raise ValueError("no 'machines' mapping or 'entries' list")
-        data["entries"] = [r for r in data["entries"] if _well_formed(r)]
-        return data
-    except (OSError, ValueError) as e:
-        warnings.warn(f"autotune cache {path} not used ({e}); starting with an empty table", stacklevel=3)
-        return empty
+        with open(path, "rb") as f:
+            text = f.read()
+    except OSError as e:
+        raise NotACache(f"it cannot be read ({e.strerror or e})") from None
+    if not text.strip():
+        raise NotACache("the file is empty")
+    try:
+        data = json.loads(text)
+    except (ValueError, UnicodeDecodeError) as e:
+        raise NotACache(f"it is not valid JSON, corrupt or truncated ({e})") from None
+    if not isinstance(data, dict) or "schema" not in data:
+        raise NotACache("it is JSON but not an autotune cache (no 'schema')")
+    if data["schema"] != SCHEMA:
+        raise NotACache(f"it is an autotune cache of schema {data['schema']!r}, and this version reads "
+                        f"schema {SCHEMA} only")
+    if not isinstance(data.get("machines"), dict) or not isinstance(data.get("entries"), list):
+        raise NotACache("it has no 'machines' mapping or no 'entries' list")
+    data["odd"] = [r for r in data["entries"] if not _well_formed(r)]     # kept verbatim, never dropped
+    data["entries"] = [r for r in data["entries"] if _well_formed(r)]
+    return data
+
+
+def _folder_problem(path) -> str | None:
+    folder = os.path.dirname(path)
+    if os.path.isdir(path):
+        return "it is a directory"
+    if not os.path.isdir(folder):
+        return f"its folder {folder} does not exist"
+    if not os.access(folder, os.W_OK | os.X_OK):
+        return f"its folder {folder} is not writable"
+    return None
+
+
+def problem(path) -> str | None:
+    """Why ``path`` cannot be used as a cache file (read and saved), or None when it can."""
+    path = _abs(path)
+    found = _folder_problem(path)
+    if found is None:
+        try:
+            _read(path)
+        except NotACache as e:
+            found = str(e)
+    return found
+
+
+def _abs(path) -> str:
+    return os.path.abspath(os.path.expanduser(os.fspath(path)))
+
+
+def _report(path, reason, consequence) -> None:
+    """One warning per path and reason."""
+    if (path, reason) in _reported:
+        return
+    _reported.add((path, reason))
+    warnings.warn(f"autotune cache {path}: {reason}; {consequence}", UserWarning, stacklevel=4)
+
+
+_LEFT_ALONE = ("not used and not overwritten (the tuning table stays in memory): move the file away or "
+               "choose another cache path")
 
 
 def _well_formed(raw) -> bool:
@@ -106,9 +175,14 @@ def merge_raw(old: list, new: list) -> list:
 
 def load(path) -> tuple[list, list, list]:
     """(entries usable here, raw entries of other machines or versions, notes for the report)."""
-    data = _read(path)
+    path = _abs(path)
+    try:
+        data = _read(path)
+    except NotACache as e:
+        _report(path, str(e), _LEFT_ALONE)
+        return [], [], [f"{path}: {e}; not used"]
     here, version = machine_id(fingerprint()), convalgos.__version__
-    usable, foreign, bad = [], [], 0
+    usable, foreign, bad = [], [], len(data["odd"])
     for raw in data["entries"]:
         try:
             mine = raw["machine"] == here and raw["version"] == version
@@ -125,34 +199,78 @@ def load(path) -> tuple[list, list, list]:
     if foreign:
         notes.append(f"{path}: {len(foreign)} entries from another machine or library version not used")
     if bad:
-        warnings.warn(f"autotune cache {path}: {bad} malformed entries not used", stacklevel=2)
+        _report(path, f"{bad} malformed entries", "not used (kept in the file)")
         notes.append(f"{path}: {bad} malformed entries not used")
     return usable, foreign, notes
 
 
-def save(path, entries: list, foreign: list) -> None:
-    """Merge ``entries`` (this machine's) and ``foreign`` raw entries into the file at ``path``."""
-    path = os.path.abspath(path)
+# ---- saving ----------------------------------------------------------------------------------------------
+def lock_path(path) -> str:
+    """The hidden lock file for the cache at ``path``: in the system's temporary folder, never beside it."""
+    digest = hashlib.sha1(os.path.realpath(_abs(path)).encode()).hexdigest()[:16]
+    return os.path.join(tempfile.gettempdir(), f".autotune-cache-{digest}.lock")
+
+
+def _open_lock(path) -> int:
+    try:
+        return os.open(path, os.O_RDONLY | os.O_CREAT, 0o666)
+    except PermissionError:           # made by another user in a sticky /tmp: reading is enough to flock
+        return os.open(path, os.O_RDONLY)
+
+
+def save(path, entries: list, foreign: list) -> bool:
+    """Merge ``entries`` (this machine's) and ``foreign`` raw entries into the file at ``path``.
+
+    True when written. False, after one warning naming the path and the reason, when the path cannot hold
+    a cache (no such folder, a directory, a read-only place, a file that is not a cache): nothing is written.
+    """
+    path = _abs(path)
+    reason = _folder_problem(path)
+    if reason is not None:
+        _report(path, reason, "tunings not saved (the table stays in memory)")
+        return False
     fp = fingerprint()
     here = machine_id(fp)
     mine = [{"machine": here, "version": convalgos.__version__, "entry": e.to_dict()} for e in entries]
-    with open(path + ".lock", "w") as lock:
+    try:
+        lock = _open_lock(lock_path(path))
+    except OSError as e:
+        _report(path, f"its lock {lock_path(path)} cannot be opened ({e.strerror or e})", "tunings not saved")
+        return False
+    try:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        data = _read(path)
+        try:
+            data = _read(path)
+        except NotACache as e:
+            _report(path, str(e), _LEFT_ALONE)
+            return False
         machines = dict(data["machines"])
         for raw in foreign:
             if raw.get("fingerprint"):
                 machines.setdefault(raw["machine"], raw["fingerprint"])
         machines[here] = fp
         plain = [{k: r[k] for k in ("machine", "version", "entry")} for r in foreign]
-        merged = merge_raw(merge_raw(data["entries"], plain), mine)
-        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix=os.path.basename(path) + ".")
-        try:
-            with os.fdopen(fd, "w") as f:
-                json.dump({"schema": SCHEMA, "machines": machines, "entries": merged}, f, indent=1)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
+        merged = merge_raw(merge_raw(data["entries"], plain), mine) + data["odd"]
+        return _write(path, {"schema": SCHEMA, "machines": machines, "entries": merged})
+    finally:
+        os.close(lock)
+
+
+def _write(path, doc: dict) -> bool:
+    """Write ``doc`` through a temporary file in the same folder, renamed over ``path`` (atomic)."""
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(dir=os.path.dirname(path), prefix="." + os.path.basename(path) + ".")
+        with os.fdopen(fd, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+        return True
+    except BaseException as e:
+        if tmp is not None and os.path.exists(tmp):
             os.unlink(tmp)
+        if not isinstance(e, OSError):
             raise
+        _report(path, f"it cannot be written ({e.strerror or e})", "tunings not saved (the table stays in memory)")
+        return False
