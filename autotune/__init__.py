@@ -3,22 +3,26 @@
     >>> import autotune
     >>> autotune.benchmark = True                 # like torch.backends.cudnn.benchmark
     >>> y = autotune.conv2d(x, w, padding=1)      # first call for this key: every algorithm timed and checked
+    >>> dx = autotune.conv2d_input(x.shape, w, dy, padding=1)     # each pass is tuned on its own key
+    >>> dw = autotune.conv2d_weight(x, w.shape, dy, padding=1)
     >>> print(autotune.dispatch_table())          # what was measured, what was chosen, and why
 
-The module-level functions and flags use one default ``Tuner``; make more ``Tuner`` objects for more tables.
-With ``AUTOTUNE_CACHE=path`` the default table is loaded from that JSON file at first use and saved to it
-after each new tuning.
+The module-level functions and flags (``benchmark``, ``deterministic``, ``benchmark_limit``,
+``workspace_limit``, ``patience``) use one default ``Tuner``; make more ``Tuner`` objects for more tables. A
+misspelt flag (``autotune.benchmrk = True``) raises AttributeError. With ``AUTOTUNE_CACHE=path`` the default
+table is loaded from that JSON file at first use and saved to it after each new tuning.
 """
 import sys
 import types
 
 from .table import CacheInfo, DispatchTable, Entry, Key
-from .tuner import ENV, Tuner
-from . import gpu  # noqa: F401  (registers the GPU device: CuPy arrays tune on the GPU)
+from .tuner import ENV, FLAG_CHECKS, Tuner
 
 _default = Tuner(cache_path=ENV)
 
 conv2d = _default.conv2d
+conv2d_input = _default.conv2d_input
+conv2d_weight = _default.conv2d_weight
 flags = _default.flags
 dispatch_table = _default.dispatch_table
 cache_info = _default.cache_info
@@ -37,17 +41,23 @@ def _flag(name):
 
 
 class _FlagModule(types.ModuleType):
-    """Module attributes ``benchmark``, ``deterministic``, ``benchmark_limit``, ``workspace_limit`` are the
-    default Tuner's flags, so ``autotune.benchmark = True`` sets them (and is validated)."""
+    """The module's flags are the default Tuner's, so ``autotune.benchmark = True`` sets them (validated), and
+    a name that is neither a flag nor already in the module is refused rather than silently added."""
 
     benchmark = _flag("benchmark")
     deterministic = _flag("deterministic")
     benchmark_limit = _flag("benchmark_limit")
     workspace_limit = _flag("workspace_limit")
+    patience = _flag("patience")
+
+    def __setattr__(self, name, value):
+        if name not in FLAG_CHECKS and name not in self.__dict__ and not isinstance(value, types.ModuleType):
+            raise AttributeError(f"module 'autotune' has no flag {name!r}; its flags are {list(FLAG_CHECKS)}")
+        super().__setattr__(name, value)
 
 
 sys.modules[__name__].__class__ = _FlagModule
 
-__all__ = ["conv2d", "flags", "dispatch_table", "cache_info", "clear", "save", "load", "Tuner", "Key", "Entry",
-           "CacheInfo", "DispatchTable", "default_tuner", "benchmark", "deterministic", "benchmark_limit",
-           "workspace_limit"]
+__all__ = ["conv2d", "conv2d_input", "conv2d_weight", "flags", "dispatch_table", "cache_info", "clear", "save",
+           "load", "Tuner", "Key", "Entry", "CacheInfo", "DispatchTable", "default_tuner", "benchmark",
+           "deterministic", "benchmark_limit", "workspace_limit", "patience"]

@@ -1,15 +1,20 @@
-"""Heuristic ranking of algorithms, from rules kept as data (``heuristics.json``).
+"""Heuristic ranking of algorithms, from rules kept as data (``heuristics.json``), per device and per pass.
 
 The rules are written by ``python -m bench.heuristics``, which times every algorithm on a few layers of each
-layer class and records, per class, the algorithms from fastest to slowest. A rule is::
+layer class and records, per class, the algorithms from fastest to slowest. The file holds, per device kind
+("cpu", "cuda") and per pass, a list of rules::
 
-    {"name": "3x3 stride 1, wide", "when": {"kernel": [3, 3], "stride": [1, 1], "min_channels": 64},
-     "order": ["winograd_4x4", "im2col", ...]}
+    {"devices": {"cpu": {"forward": [rule, ...], "backward_data": [...], "backward_filter": [...]}}}
+
+    rule = {"name": "3x3 stride 1, wide", "when": {"kernel": [3, 3], "stride": [1, 1], "min_channels": 64},
+            "order": ["winograd_4x4", "im2col", ...], "score": {"winograd_4x4": 1.0, ...}}
 
 ``when`` compares features of the layer (``features`` below): ``feature: value`` must be equal,
 ``min_feature`` / ``max_feature`` bound it (inclusive). The first rule whose ``when`` holds fires; an empty
 ``when`` always holds (the default rule, kept last). Algorithms the rule does not name rank after the named
-ones, in the order given.
+ones, in the order given. Where the file has no rules for a device and pass (the GPU, until it is measured),
+the algorithms rank by their own FLOP count for the layer, fewest first, and the rule's name says so.
+``{"rules": [...]}`` (no "devices") is the same rules for every device and pass.
 """
 from __future__ import annotations
 
@@ -45,34 +50,48 @@ def matches(when: dict, f: dict) -> bool:
 
 
 class Heuristics:
-    """Ranks algorithm names for a layer; ``rank`` also says which rule fired."""
+    """Ranks algorithm names for a layer, a pass and a device kind; ``rank`` also says which rule fired."""
 
     def __init__(self, data: dict):
         self.data = data
-        self.rules = list(data["rules"])
+        self.devices = data.get("devices")
+        self.everywhere = list(data.get("rules", []))
 
     @classmethod
     def from_file(cls, path: str = DEFAULT_PATH) -> "Heuristics":
-        """The rules in ``path``; none (registration order), with a warning, if it cannot be read."""
+        """The rules in ``path``; none (FLOP ranking), with a warning, if it cannot be read."""
         try:
             with open(path) as f:
-                return cls(json.load(f))
-        except (OSError, ValueError, KeyError, TypeError) as e:
-            warnings.warn(f"heuristics {path} not used ({e}); ranking in registration order")
+                data = json.load(f)
+            if not isinstance(data.get("devices"), dict):
+                raise ValueError("no 'devices' mapping")
+            return cls(data)
+        except (OSError, ValueError, KeyError, TypeError, AttributeError) as e:
+            warnings.warn(f"heuristics {path} not used ({e}); ranking by FLOPs")
             return cls({"rules": []})
 
-    def rank(self, p: ConvParams, names) -> tuple[list, str]:
-        """``names`` ordered best first by the first matching rule, and that rule's name."""
+    def rules(self, op: str = "forward", device: str = "cpu") -> list:
+        """The rules for pass ``op`` on a device of kind ``device`` (empty where nothing was measured)."""
+        if self.devices is None:
+            return self.everywhere
+        return list(self.devices.get(device, {}).get(op, []))
+
+    def rank(self, p: ConvParams, names, op: str = "forward", device: str = "cpu", flops=None) -> tuple[list, str]:
+        """``names`` ordered best first by the first matching rule, and that rule's name. With no rule for the
+        device and pass: by ``flops`` (name -> FLOPs) when given, else as given."""
         names, f = list(names), features(p)
-        for rule in self.rules:
+        for rule in self.rules(op, device):
             if matches(rule.get("when", {}), f):
                 order = {name: i for i, name in enumerate(rule["order"])}
                 return sorted(names, key=lambda n: (order.get(n, len(order)), names.index(n))), rule["name"]
-        return names, "registration order"
+        if flops is None:
+            return names, "registration order"
+        why = "no rule matched" if self.rules(op, device) else f"no measured rules for {device} {op}"
+        return sorted(names, key=lambda n: (flops[n], names.index(n))), f"fewest FLOPs first ({why})"
 
-    def slowdowns(self, rule_name: str, names) -> dict:
+    def slowdowns(self, rule_name: str, names, op: str = "forward", device: str = "cpu") -> dict:
         """name -> its measured score in that rule over the best score among ``names`` (where measured)."""
-        rule = next((r for r in self.rules if r["name"] == rule_name), {})
+        rule = next((r for r in self.rules(op, device) if r["name"] == rule_name), {})
         score = {n: rule.get("score", {})[n] for n in names if n in rule.get("score", {})}
         best = min(score.values(), default=1.0)
         return {n: s / best for n, s in score.items()}

@@ -1,12 +1,14 @@
-"""The dispatch table: keys, entries (what was measured and chosen), and the readable report."""
+"""The dispatch table: keys, entries (what was measured and chosen), the counters, and the readable report."""
 from __future__ import annotations
 
 from collections import namedtuple
 from dataclasses import asdict, dataclass, field
 
-from convalgos import ConvParams
+from convalgos import PASSES, ConvParams
 
-CacheInfo = namedtuple("CacheInfo", "hits misses entries tuning_seconds")
+#: the table's counters. ``passes``: pass -> PassInfo; ``layers``: layer -> LayerInfo (shapes.py).
+CacheInfo = namedtuple("CacheInfo", "hits misses entries tuning_seconds passes layers")
+PassInfo = namedtuple("PassInfo", "hits misses entries tuning_seconds")
 
 MiB = float(1 << 20)
 
@@ -14,17 +16,19 @@ MiB = float(1 << 20)
 @dataclass(frozen=True)
 class Key:
     """Everything that changes the best algorithm: the layer (dtype included), the input's memory layout,
-    the device, the deterministic flag and the thread count in use."""
+    the device, the deterministic flag, the thread count in use, and the pass (``op``, one of
+    ``convalgos.PASSES``: each pass of a layer is tuned on its own)."""
 
     params: ConvParams
     layout: str = "contiguous"
     device: str = "cpu"
     deterministic: bool = False
     threads: int = 1
+    op: str = "forward"
 
     def to_dict(self) -> dict:
         return {"params": asdict(self.params), "layout": self.layout, "device": self.device,
-                "deterministic": self.deterministic, "threads": self.threads}
+                "deterministic": self.deterministic, "threads": self.threads, "op": self.op}
 
     @classmethod
     def from_dict(cls, d: dict) -> "Key":
@@ -32,23 +36,31 @@ class Key:
         for name in ("stride", "dilation"):
             q[name] = tuple(int(v) for v in q[name])
         q["padding"] = tuple(tuple(int(v) for v in pair) for pair in q["padding"])
+        op = str(d["op"])
+        if op not in PASSES:
+            raise ValueError(f"op must be one of {PASSES}, got {op!r}")
         return cls(ConvParams(**q), str(d["layout"]), str(d["device"]), bool(d["deterministic"]),
-                   int(d["threads"]))
+                   int(d["threads"]), op)
 
     def __str__(self) -> str:
         det = " deterministic" if self.deterministic else ""
-        return f"{self.params} | {self.layout} {self.device} threads={self.threads}{det}"
+        return f"{self.op}: {self.params} | {self.layout} {self.device} threads={self.threads}{det}"
 
 
 @dataclass
 class Entry:
     """One key's decision and the evidence for it.
 
-    ``source``: "benchmark" or "heuristic" (then ``rule`` names the heuristic rule that fired).
+    ``source``: "benchmark" (measured), "heuristic" (``rule`` names the rule that fired) or "patience" (a new
+    shape of a layer past the patience limit: ``rule`` names the tuned shape whose choice it reuses).
     ``times``: name -> median seconds of the timed runs; ``runs``: how many; ``warmup``: the first (untimed)
-    run, JIT compilation included; ``errors``: normwise error against the float64 reference;
-    ``workspace``: bytes each candidate needs; ``skipped``: name -> why it was not timed or not eligible;
-    ``abandoned``: name -> why its timing stopped early.
+    run, JIT compilation included; ``spikes``: runs recognised as spikes (slower than ``spike_ratio`` times the
+    candidate's own fastest run); ``errors``: normwise error against the float64 reference (sampled);
+    ``workspace``: bytes each candidate needs; ``skipped``: name -> why it was not timed, not eligible, or
+    failed; ``abandoned``: name -> why its timing stopped early; ``tied``: the candidates whose medians were
+    within the noise of the fastest (the choice among them is the tie-break's); ``ranked``: the candidates in
+    order of preference, where a call falls back when the choice fails; ``fresh_output``: whether the timed
+    runs allocated their output (the call had no ``out=``) or wrote into the caller's buffer.
     """
 
     key: Key
@@ -58,10 +70,14 @@ class Entry:
     times: dict = field(default_factory=dict)
     runs: dict = field(default_factory=dict)
     warmup: dict = field(default_factory=dict)
+    spikes: dict = field(default_factory=dict)
     errors: dict = field(default_factory=dict)
     workspace: dict = field(default_factory=dict)
     skipped: dict = field(default_factory=dict)
     abandoned: dict = field(default_factory=dict)
+    tied: list = field(default_factory=list)
+    ranked: list = field(default_factory=list)
+    fresh_output: bool = True
     tuning_seconds: float = 0.0
 
     def to_dict(self) -> dict:
@@ -83,18 +99,25 @@ class Entry:
 
     def report(self) -> str:
         lines = [str(self.key)]
-        if self.source == "heuristic":
-            lines.append(f"  heuristic rule {self.rule!r}: {self.algo}")
+        if self.source != "benchmark":
+            lines.append(f"  {self.source} rule {self.rule!r}: {self.algo}")
         else:
             gains = [f"{s:.2f}x over {n}" for n in ("direct", "im2col") if (s := self.speedup_over(n))]
             lines.append(f"  benchmark: {self.algo}" + (f" ({', '.join(gains)})" if gains else "")
                          + f"; tuned in {self.tuning_seconds:.3f} s, ranked by rule {self.rule!r}")
-            lines.append(f"    {'algorithm':<15}{'median ms':>11}{'runs':>6}{'first call ms':>15}"
+            if len(self.tied) > 1:
+                lines.append(f"  a tie within the noise: {', '.join(self.tied)}; {self.algo} chosen by the "
+                             f"tie-break (deterministic, then smaller workspace, smaller error, name)")
+            output = ("each allocating a fresh output (the call had no out=)" if self.fresh_output
+                      else "each writing into the caller's out= buffer")
+            lines.append(f"  times: medians of interleaved runs, {output}")
+            lines.append(f"    {'algorithm':<15}{'median ms':>11}{'runs':>6}{'spikes':>7}{'first call ms':>15}"
                          f"{'error':>10}{'workspace MiB':>15}")
             for name in self.times:
-                mark = " *" if name == self.algo else ""
+                mark = " *" if name == self.algo else (" =" if name in self.tied else "")
                 lines.append(f"    {name + mark:<15}{self.times[name] * 1e3:>11.3f}{self.runs.get(name, 0):>6}"
-                             f"{self.warmup.get(name, 0) * 1e3:>15.1f}{self.errors.get(name, float('nan')):>10.1e}"
+                             f"{self.spikes.get(name, 0):>7}{self.warmup.get(name, 0) * 1e3:>15.1f}"
+                             f"{self.errors.get(name, float('nan')):>10.1e}"
                              f"{self.workspace.get(name, 0) / MiB:>15.1f}")
             for name, why in self.abandoned.items():
                 lines.append(f"    {name}: abandoned, {why}")
@@ -122,10 +145,19 @@ class DispatchTable:
         raise KeyError(key)
 
     def to_dict(self) -> dict:
-        return {"entries": [e.to_dict() for e in self.entries], "info": self.info._asdict(), "notes": self.notes}
+        info = self.info._asdict()
+        info["passes"] = {op: i._asdict() for op, i in self.info.passes.items()}
+        info["layers"] = {layer: i._asdict() for layer, i in self.info.layers.items()}
+        return {"entries": [e.to_dict() for e in self.entries], "info": info, "notes": self.notes}
 
     def __str__(self) -> str:
         i = self.info
         head = (f"dispatch table: {i.entries} entries; {i.hits} hits, {i.misses} misses, "
                 f"{i.tuning_seconds:.3f} s tuning")
-        return "\n\n".join([head + "".join(f"\n  {n}" for n in self.notes)] + [e.report() for e in self.entries])
+        passes = "; ".join(f"{op} {p.entries} entries, {p.misses} misses" for op, p in i.passes.items()
+                           if p.entries or p.misses)
+        lines = [head] + ([f"  per pass: {passes}"] if passes else [])
+        lines += [f"  {layer}: {li.shapes} input shapes tuned in {li.seconds:.3f} s" for layer, li in i.layers.items()
+                  if li.shapes > 1]
+        lines += [f"  {n}" for n in self.notes]
+        return "\n\n".join(["\n".join(lines)] + [e.report() for e in self.entries])

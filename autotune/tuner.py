@@ -1,26 +1,14 @@
-"""The Tuner: look a layer's key up in the table; on a miss, choose by heuristic or by measuring.
+"""The Tuner: a dispatch table and its flags. A call's key is looked up; on a miss the choice is made by the
+heuristic (benchmark off) or by measuring (benchmark on, ``tuning.py``), stored, and used from then on.
 
-Benchmark mode, for a new key (what ``torch.backends.cudnn.benchmark = True`` does, in the open):
+Where the rest lives: ``measure.py`` (timing, noise, the choice, the reference check), ``tuning.py`` (one
+key's candidates and race), ``devices.py`` (CPU and GPU, each with its own algorithms), ``table.py`` (keys,
+entries, the report), ``shapes.py`` (changing shapes, patience), ``cache.py`` (the JSON file),
+``heuristics.py``.
 
-1. Candidates: every algorithm whose ``supports(p)`` holds, minus those over ``workspace_limit``, minus the
-   non-deterministic ones when ``deterministic``; ranked by the heuristic; ``benchmark_limit`` keeps the best
-   ranked N; ``prune_ratio`` drops those the heuristic's measurements (heuristics.json) found that many
-   times slower than the best of the layer's class: one run of a 40x slower FFT costs 40 runs of the winner.
-   Every exclusion is recorded with its reason.
-2. Each candidate runs once on the real input as a warm-up (JIT compilation included, reported apart) and
-   its output is checked against the float64 reference; one outside its tolerance is rejected.
-3. Timed rounds, interleaved over the candidates (one run of each per round, so drift on a shared machine
-   hits all alike), until each median is known well enough (MAD/median/sqrt(runs) <= ``precision``, at
-   least ``min_runs``) or ``time_budget`` seconds of timed runs are spent (then only the fastest completes
-   its ``min_runs``). A candidate whose fastest run is
-   already ``abandon_ratio`` times the best median is abandoned; one whose fastest run is ``settle_ratio``
-   times it stops after ``min_runs`` (it cannot tie the best, so its median needs no more precision).
-4. Near-ties (medians within the measured noise, at least ``tie_tolerance``) go to the deterministic one,
-   then the smaller workspace, then the smaller error, then the name: the choice is stable run to run.
-
-The reference check is sampled: strips of output rows at the top, middle and bottom (full width, so all four
-borders are in it) of the first and last image. The float64 reference of a whole VGG layer costs 0.2-0.8 s
-here, 10-40 runs of the fast algorithms; the strips cost a fraction of that and hold every padding border.
+A hit is lean: the call's arguments (array types, shapes, strides and dtypes, the layer's parameters, the
+flags that enter the key) map through a memo to the layer validated once and its Key, so a hit validates
+nothing again; then one table look-up and the run.
 """
 from __future__ import annotations
 
@@ -28,74 +16,26 @@ import contextlib
 import os
 import threading
 
-import numba
 import numpy as np
 
-import convalgos
-from convalgos import ConvParams
-from convalgos import run
+from convalgos import PASSES, ConvParams
+from convalgos.backend import array_module, from_arrays, to_arrays
+from convalgos.conv import grad_params
 
 from . import cache
+from .devices import DEVICES, device_of
 from .heuristics import Heuristics
-from .measure import ReferenceCheck, Timer, noise
-from .table import CacheInfo, DispatchTable, Entry, Key, MiB
+from .shapes import ShapeLog, distance, layer_of
+from .table import CacheInfo, DispatchTable, Entry, Key, PassInfo
+from .tuning import heuristic_entry, reused_entry, tune
 
 #: ``cache_path=ENV``: the path in the AUTOTUNE_CACHE environment variable, read at first use.
 ENV = "$AUTOTUNE_CACHE"
 
 
-class CpuDevice:
-    """NumPy arrays on the CPU. A GPU device adds the same four members (CuPy arrays, CUDA-event timer)."""
-
-    name = "cpu"
-
-    def __init__(self):
-        self.timer = Timer()
-
-    def owns(self, x) -> bool:
-        return isinstance(x, np.ndarray)
-
-    def layout(self, x) -> str:
-        if x.flags.c_contiguous:
-            return "contiguous"
-        return "channels_last" if x.transpose(0, 2, 3, 1).flags.c_contiguous else "strided"
-
-    def threads(self) -> int:
-        return numba.get_num_threads()
-
-    # what a GPU device (autotune.gpu) does differently: where arrays are made and run, what skips a candidate
-    failures: tuple = ()          # exceptions that skip a candidate (a GPU adds out-of-memory)
-    last_workspace = None         # bytes the last run newly allocated, where the device measures it
-
-    def empty(self, shape, dtype):
-        return np.empty(shape, dtype)
-
-    def run(self, algorithm, x, weight, bias, p, out=None):
-        return run(algorithm, "forward", x, weight, p, out, bias)
-
-    def host(self, a):
-        return a
-
-    def release(self) -> None:
-        """Free what a failed candidate left behind."""
-
-
-DEVICES = [CpuDevice()]
-
-
-def device_of(x):
-    """The device whose arrays ``x`` is: the one place array types are told apart."""
-    for device in DEVICES:
-        if device.owns(x):
-            return device
-    raise TypeError(f"x must be an array of a known device ({[d.name for d in DEVICES]}), got {type(x).__name__}")
-
-
-def _check_limit(name, value):
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < 0):
-        raise ValueError(f"{name} must be None or an int >= {1 if name == 'benchmark_limit' else 0}, got {value!r}")
-    if name == "benchmark_limit" and value == 0:
-        raise ValueError(f"benchmark_limit must be None or an int >= 1, got {value!r}")
+def _check_count(name, value, least):
+    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least):
+        raise ValueError(f"{name} must be None or an int >= {least}, got {value!r}")
     return value
 
 
@@ -106,42 +46,53 @@ def _check_bool(name, value):
 
 
 FLAG_CHECKS = {"benchmark": _check_bool, "deterministic": _check_bool,
-               "benchmark_limit": _check_limit, "workspace_limit": _check_limit}
+               "benchmark_limit": lambda n, v: _check_count(n, v, 1),
+               "workspace_limit": lambda n, v: _check_count(n, v, 0),
+               "patience": lambda n, v: _check_count(n, v, 1)}
+
+
+def _signature(a) -> tuple:
+    return type(a), a.shape, a.strides, a.dtype
 
 
 class Tuner:
-    """A dispatch table with its flags. ``algorithms``: name -> Algorithm (default ``convalgos.ALGORITHMS``).
+    """A dispatch table with its flags (``FLAG_CHECKS``) and the race's settings (``tuning.py``).
 
-    ``timer``: overrides the device's timer (an object with ``time(fn) -> seconds`` and ``now()``).
-    ``cache_path``: a JSON file loaded at first use and saved after each new tuning (``ENV``: the
-    AUTOTUNE_CACHE environment variable; None: no file).
+    ``algorithms``: name -> Algorithm for every device (default: each device's own registry).
+    ``devices``: the devices arrays may belong to (default ``devices.DEVICES``). ``timer``: overrides the
+    devices' timers. ``cache_path``: a JSON file loaded at first use and saved after each new tuning (``ENV``:
+    the AUTOTUNE_CACHE environment variable; None: no file). ``retune_warning``: warn past this many input
+    shapes of one layer; ``patience``: stop timing new shapes of a layer after this many (``shapes.py``).
     """
 
-    def __init__(self, algorithms=None, *, benchmark=False, deterministic=False, benchmark_limit=None,
-                 workspace_limit=None, timer=None, heuristics=None, cache_path=None, time_budget=1.0,
-                 min_runs=3, max_runs=50, precision=0.01, abandon_ratio=3.0, settle_ratio=1.1,
-                 tie_tolerance=0.01, prune_ratio=10.0):
-        self.algorithms = convalgos.ALGORITHMS if algorithms is None else algorithms
-        self.benchmark, self.deterministic = benchmark, deterministic
+    def __init__(self, algorithms=None, *, devices=None, benchmark=False, deterministic=False,
+                 benchmark_limit=None, workspace_limit=None, patience=None, timer=None, heuristics=None,
+                 cache_path=None, retune_warning=8, time_budget=1.0, cost_cap=20.0, min_runs=3, max_runs=50,
+                 precision=0.01, abandon_ratio=3.0, settle_ratio=1.1, spike_ratio=1.5, tie_tolerance=0.01,
+                 prune_ratio=10.0):
+        self.algorithms = algorithms
+        self.devices = DEVICES if devices is None else list(devices)
+        self.benchmark, self.deterministic, self.patience = benchmark, deterministic, patience
         self.benchmark_limit, self.workspace_limit = benchmark_limit, workspace_limit
         self.timer, self.cache_path = timer, cache_path
         self.heuristics = Heuristics.from_file() if heuristics is None else heuristics
-        self.time_budget, self.min_runs, self.max_runs = time_budget, min_runs, max_runs
-        self.precision, self.abandon_ratio, self.tie_tolerance = precision, abandon_ratio, tie_tolerance
-        self.settle_ratio, self.prune_ratio = settle_ratio, prune_ratio
-        self._table: dict = {}
-        self._foreign: list = []          # cache-file entries of another machine or version, kept for saving
-        self._notes: list = []
-        self._hits = self._misses = 0
-        self._tuning_seconds = 0.0
-        self._lock = threading.Lock()     # guards the table and the counters
-        self._tuning = threading.Lock()   # one tuning at a time: timings are not disturbed, a key tunes once
+        self.time_budget, self.cost_cap, self.min_runs, self.max_runs = time_budget, cost_cap, min_runs, max_runs
+        self.precision, self.abandon_ratio, self.settle_ratio = precision, abandon_ratio, settle_ratio
+        self.spike_ratio, self.tie_tolerance, self.prune_ratio = spike_ratio, tie_tolerance, prune_ratio
+        self.shapes = ShapeLog(retune_warning)
+        self._table, self._memo = {}, {}
+        self._foreign, self._notes = [], []   # cache-file entries of another machine or version, kept for saving
+        self._counts = {op: [0, 0, 0.0] for op in PASSES}     # hits, misses, tuning seconds
+        self._lock = threading.Lock()         # guards the table and the counters
+        self._tuning = threading.Lock()       # one tuning at a time: timings are not disturbed, a key tunes once
         self._cache_loaded = False
 
     # ---- flags -------------------------------------------------------------------------------------------
     def __setattr__(self, name, value):
         if name in FLAG_CHECKS:
             value = FLAG_CHECKS[name](name, value)
+        elif "_cache_loaded" in self.__dict__ and not name.startswith("_") and not hasattr(self, name):
+            raise AttributeError(f"Tuner has no setting {name!r}; its flags are {list(FLAG_CHECKS)}")
         object.__setattr__(self, name, value)
 
     @contextlib.contextmanager
@@ -159,38 +110,33 @@ class Tuner:
             for name, value in old.items():
                 object.__setattr__(self, name, value)
 
-    # ---- the public calls --------------------------------------------------------------------------------
+    # ---- the public calls: convalgos' signatures, the algorithm chosen through the table -------------------
     def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=None):
-        """``convalgos.conv2d`` semantics, the algorithm chosen through the dispatch table."""
-        p = ConvParams.from_arrays(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
-                                   groups=groups)
-        if out is not None and (tuple(out.shape) != p.out_shape or out.dtype != x.dtype):
-            raise ValueError(f"out must be a {x.dtype} array of shape {p.out_shape}, "
-                             f"got {out.dtype} of shape {tuple(out.shape)}")
-        device = device_of(x)
-        if p.N == 0:
-            return device.empty(p.out_shape, x.dtype) if out is None else out
-        entry = self.entry_for(x, weight, p)
-        return device.run(self.algorithms[entry.algo], x, weight, bias, p, out)
+        """``convalgos.conv2d`` (torch tensors in, torch tensors out), the algorithm chosen per key."""
+        (x, weight, bias, out), back = to_arrays(x, weight, bias, out)
+        found = self._found("forward", None, x, weight, bias, stride, padding, dilation, groups, lambda: (
+            ConvParams.from_arrays(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
+                                   groups=groups)))
+        return from_arrays(self._dispatch(found, x, weight, out, bias), back)
 
-    def entry_for(self, x, weight, p: ConvParams) -> Entry:
-        """The table's entry for this call, made (by heuristic or tuning) on a miss."""
-        device = device_of(x)
-        key = Key(p, device.layout(x), device.name, self.deterministic, device.threads())
-        self._load_cache_once()
-        entry = self._lookup(key)
-        if entry is not None:
-            return entry
-        if not self.benchmark:
-            return self._store(self.heuristic_entry(key))
-        with self._tuning:
-            entry = self._lookup(key)   # another thread may have tuned it while this one waited
-            if entry is not None:
-                return entry
-            entry = self._store(self.tune(key, x, weight, device))
-        if self._cache_file():
-            self.save(self._cache_file())
-        return entry
+    def conv2d_input(self, input_shape, weight, grad_output, stride=1, padding=0, dilation=1, groups=1, *,
+                     out=None):
+        """``convalgos.conv2d_input``: the input's gradient, the algorithm chosen per key (op "backward_data")."""
+        (weight, grad_output, out), back = to_arrays(weight, grad_output, out)
+        found = self._found("backward_data", input_shape, grad_output, weight, None, stride, padding, dilation,
+                            groups, lambda: grad_params(input_shape, weight.shape, grad_output, stride, padding,
+                                                        dilation, groups, "weight", weight))
+        return from_arrays(self._dispatch(found, grad_output, weight, out, None), back)
+
+    def conv2d_weight(self, input, weight_shape, grad_output, stride=1, padding=0, dilation=1, groups=1, *,
+                      out=None):
+        """``convalgos.conv2d_weight``: the weight's gradient, the algorithm chosen per key (op
+        "backward_filter")."""
+        (input, grad_output, out), back = to_arrays(input, grad_output, out)
+        found = self._found("backward_filter", weight_shape, input, grad_output, None, stride, padding, dilation,
+                            groups, lambda: grad_params(input.shape, weight_shape, grad_output, stride, padding,
+                                                        dilation, groups, "input", input))
+        return from_arrays(self._dispatch(found, input, grad_output, out, None), back)
 
     def dispatch_table(self) -> DispatchTable:
         self._load_cache_once()
@@ -204,8 +150,9 @@ class Tuner:
     def clear(self) -> None:
         with self._lock:
             self._table.clear()
-            self._hits = self._misses = 0
-            self._tuning_seconds = 0.0
+            self._memo.clear()
+            self._counts = {op: [0, 0, 0.0] for op in PASSES}
+        self.shapes.clear()
 
     def save(self, path) -> None:
         """Write the benchmark entries to ``path``, merged with what the file holds (atomic, locked)."""
@@ -223,32 +170,110 @@ class Tuner:
             self._foreign = cache.merge_raw(self._foreign, foreign)
             self._notes = [n for n in self._notes if not n.startswith(f"{path}:")] + notes
 
-    # ---- table -------------------------------------------------------------------------------------------
-    def _info(self) -> CacheInfo:
-        return CacheInfo(self._hits, self._misses, len(self._table), self._tuning_seconds)
+    # ---- one call ----------------------------------------------------------------------------------------
+    def _found(self, op, spec, a, b, bias, stride, padding, dilation, groups, validate) -> tuple:
+        """(device, layer, key) of a call: from the memo, else validated and remembered."""
+        try:
+            memo = (op, spec, _signature(a), _signature(b), None if bias is None else _signature(bias), stride,
+                    padding, dilation, groups, self.deterministic)
+            found = self._memo.get(memo)
+        except (TypeError, AttributeError):     # unhashable arguments or non-arrays: validate() says what is wrong
+            memo = found = None
+        if found is None:
+            p = validate()
+            device = device_of(a, self.devices)
+            found = device, p, Key(p, device.layout(a), device.name, self.deterministic, device.threads(), op)
+            if memo is not None:
+                self._memo[memo] = found
+        return found
 
-    def _usable(self, entry: Entry) -> bool:
-        if entry.algo not in self.algorithms:
-            return False
-        if self.benchmark and entry.source != "benchmark":
+    def _dispatch(self, found, a, b, out, bias):
+        device, p, key = found
+        shape = p.result_shape(key.op)
+        if out is not None and (tuple(out.shape) != shape or out.dtype != a.dtype):
+            raise ValueError(f"out must be a {a.dtype} array of shape {shape}, got {out.dtype} of shape "
+                             f"{tuple(out.shape)}")
+        if p.N == 0:
+            result = array_module(a).zeros(shape, a.dtype) if out is None else out
+            result[...] = 0
+            return result
+        if not self._cache_loaded:
+            self._load_cache_once()
+        registry = device.algorithms if self.algorithms is None else self.algorithms
+        entry = self._lookup(key, registry) or self._miss(key, a, b, device, registry, out)
+        try:
+            return device.run(registry[entry.algo], key.op, a, b, p, out, bias)
+        except Exception as error:  # noqa: BLE001 - the next ranked algorithm serves the call
+            return self._fall_back(entry, error, device, registry, (key.op, a, b, p, out, bias))
+
+    def _fall_back(self, entry: Entry, error, device, registry, call):
+        """The chosen algorithm failed at a call: the next ranked that runs serves it, and becomes the choice."""
+        failed, tried = entry.algo, [entry.algo]
+        for name in [n for n in entry.ranked if n != failed and n in registry]:
+            device.release(registry[tried[-1]])
+            try:
+                result = device.run(registry[name], *call)
+            except Exception:  # noqa: BLE001 - try the next one
+                tried.append(name)
+                continue
+            with self._lock:
+                entry.skipped[failed] = f"failed at a call ({type(error).__name__}: {error}); {name} serves instead"
+                entry.algo = name
+            return result
+        raise error
+
+    def _miss(self, key: Key, a, b, device, registry: dict, out) -> Entry:
+        if not self.benchmark:
+            return self._store(heuristic_entry(self, key, registry, device.kind))
+        with self._tuning:
+            entry = self._lookup(key, registry)   # another thread may have tuned it while this one waited
+            if entry is not None:
+                return entry
+            tuned = self.shapes.shapes(key)
+            if self.patience is not None and tuned >= self.patience and not self.shapes.knows(key):
+                why = f"patience={self.patience}: {tuned} shapes of this layer tuned"
+                return self._store(reused_entry(self, key, registry, device.kind, self._nearest(key), why))
+            entry = self._store(tune(self, key, a, b, device, registry, out, self.timer or device.timer))
+            self.shapes.record(entry)
+        if self._cache_file():
+            self.save(self._cache_file())
+        return entry
+
+    # ---- the table ---------------------------------------------------------------------------------------
+    def _info(self) -> CacheInfo:
+        passes = {op: PassInfo(h, m, sum(k.op == op for k in self._table), s) for op, (h, m, s) in self._counts.items()}
+        return CacheInfo(sum(p.hits for p in passes.values()), sum(p.misses for p in passes.values()),
+                         len(self._table), sum(p.tuning_seconds for p in passes.values()), passes, self.shapes.info())
+
+    def _usable(self, entry: Entry, registry: dict) -> bool:
+        if entry.algo not in registry or (self.benchmark and entry.source == "heuristic"):
             return False
         limit = self.workspace_limit
         return limit is None or entry.workspace.get(entry.algo, 0) <= limit
 
-    def _lookup(self, key: Key):
+    def _lookup(self, key: Key, registry: dict):
         with self._lock:
             entry = self._table.get(key)
-            if entry is not None and self._usable(entry):
-                self._hits += 1
+            if entry is not None and self._usable(entry, registry):
+                self._counts[key.op][0] += 1
                 return entry
             return None
 
     def _store(self, entry: Entry) -> Entry:
         with self._lock:
             self._table[entry.key] = entry
-            self._misses += 1
-            self._tuning_seconds += entry.tuning_seconds
+            counts = self._counts[entry.key.op]
+            counts[1] += 1
+            counts[2] += entry.tuning_seconds
         return entry
+
+    def _nearest(self, key: Key):
+        """The tuned entry of the same layer and pass whose input shape is nearest ``key``'s (or None)."""
+        layer = layer_of(key)
+        with self._lock:
+            same = [e for k, e in self._table.items()
+                    if k.op == key.op and e.source == "benchmark" and layer_of(k) == layer]
+        return min(same, key=lambda e: distance(e.key, key), default=None)
 
     def _cache_file(self):
         return os.environ.get("AUTOTUNE_CACHE") if self.cache_path == ENV else self.cache_path
@@ -259,105 +284,3 @@ class Tuner:
             path = self._cache_file()
             if path and os.path.exists(path):
                 self.load(path)
-
-    # ---- choosing ----------------------------------------------------------------------------------------
-    def eligible(self, key: Key) -> tuple[list, dict, dict, str]:
-        """(eligible names best-ranked first, workspace bytes per name, skip reasons, the ranking rule)."""
-        p, skipped, workspace, names = key.params, {}, {}, []
-        for name, algorithm in self.algorithms.items():
-            support = algorithm.supports(p)
-            if not support:
-                skipped[name] = support.reason
-                continue
-            workspace[name] = int(algorithm.workspace_bytes(p))
-            if self.workspace_limit is not None and workspace[name] > self.workspace_limit:
-                skipped[name] = (f"needs {workspace[name] / MiB:.1f} MiB workspace, "
-                                 f"limit {self.workspace_limit / MiB:.1f} MiB")
-            elif key.deterministic and not algorithm.deterministic:
-                skipped[name] = "not deterministic (deterministic=True)"
-            else:
-                names.append(name)
-        if not names:
-            raise convalgos.UnsupportedError(f"no algorithm can run {key}: {skipped}")
-        ranked, rule = self.heuristics.rank(p, names)
-        return ranked, workspace, skipped, rule
-
-    def heuristic_entry(self, key: Key) -> Entry:
-        ranked, workspace, skipped, rule = self.eligible(key)
-        return Entry(key, ranked[0], "heuristic", rule=rule, workspace=workspace, skipped=skipped)
-
-    def tune(self, key: Key, x, weight, device) -> Entry:
-        """Measure the candidates on the real input and choose (steps 1-4 of the module docstring)."""
-        timer = self.timer or device.timer
-        start = timer.now()
-        ranked, workspace, skipped, rule = self.eligible(key)
-        if self.benchmark_limit is not None:
-            for rank, name in enumerate(ranked[self.benchmark_limit:], self.benchmark_limit + 1):
-                skipped[name] = f"benchmark_limit={self.benchmark_limit}: ranked {rank} by rule {rule!r}"
-            ranked = ranked[:self.benchmark_limit]
-        if self.prune_ratio is not None:
-            for name, slowdown in self.heuristics.slowdowns(rule, ranked).items():
-                if slowdown >= self.prune_ratio:
-                    skipped[name] = (f"pruned: rule {rule!r} measured it {slowdown:.1f}x slower than the best "
-                                     f"of its class (prune_ratio={self.prune_ratio})")
-            ranked = [n for n in ranked if n not in skipped]
-        entry = Entry(key, "", "benchmark", rule=rule, workspace=workspace, skipped=skipped)
-        p, out = key.params, device.empty(key.params.out_shape, x.dtype)
-        calls = {name: (lambda a=self.algorithms[name]: device.run(a, x, weight, None, p, out)) for name in ranked}
-        checker = ReferenceCheck("forward", device.host(x), device.host(weight), p)
-        for name in ranked:
-            try:
-                entry.warmup[name] = timer.time(calls[name])
-            except device.failures as e:
-                skipped[name] = f"failed: {type(e).__name__}: {e}"
-                device.release()
-                continue
-            if device.last_workspace is not None:
-                workspace[name] = device.last_workspace
-            entry.errors[name] = checker.error(device.host(out))
-            tolerance = self.algorithms[name].tolerance[p.dtype]
-            if not entry.errors[name] <= tolerance:
-                skipped[name] = (f"rejected: normwise error {entry.errors[name]:.1e} exceeds its {p.dtype} "
-                                 f"tolerance {tolerance:.0e}")
-        samples = self._timed_rounds({n: calls[n] for n in ranked if n not in skipped}, timer, entry)
-        if not samples:
-            raise RuntimeError(f"every candidate for {key} was rejected: {skipped}")
-        entry.times = {n: float(np.median(s)) for n, s in samples.items()}
-        entry.runs = {n: len(s) for n, s in samples.items()}
-        entry.algo = self._choose(samples, entry)
-        entry.tuning_seconds = timer.now() - start
-        return entry
-
-    def _timed_rounds(self, calls: dict, timer, entry: Entry) -> dict:
-        samples = {name: [] for name in calls}
-        active, spent = list(calls), 0.0
-        while active:
-            for name in active:
-                t = timer.time(calls[name])
-                samples[name].append(t)
-                spent += t
-            best = min(np.median(samples[n]) for n in samples)
-            for name in list(active):
-                s = samples[name]
-                if min(s) >= self.abandon_ratio * best and name != self._fastest(samples):
-                    entry.abandoned[name] = f"fastest run {min(s) / best:.1f}x the best median after {len(s)} run(s)"
-                    active.remove(name)
-                elif len(s) >= self.max_runs or (len(s) >= self.min_runs and (
-                        noise(s) <= self.precision or min(s) > self.settle_ratio * best)):
-                    active.remove(name)   # its median is known well enough, or it cannot tie the best
-            if spent >= self.time_budget:   # out of time: only the fastest still completes its min_runs
-                active = [n for n in active if n == self._fastest(samples) and len(samples[n]) < self.min_runs]
-        return samples
-
-    @staticmethod
-    def _fastest(samples: dict) -> str:
-        return min(samples, key=lambda n: np.median(samples[n]))
-
-    def _choose(self, samples: dict, entry: Entry) -> str:
-        """The fastest, near-ties broken by determinism, workspace, error, name."""
-        best = self._fastest(samples)
-        m = entry.times
-        tied = [n for n in samples
-                if m[n] <= m[best] * (1 + max(self.tie_tolerance, noise(samples[n]), noise(samples[best])))]
-        return min(tied, key=lambda n: (not self.algorithms[n].deterministic, entry.workspace.get(n, 0),
-                                        entry.errors.get(n, 0.0), n))

@@ -1,9 +1,9 @@
-"""Re-measure the heuristic rules and write ``autotune/heuristics.json``.
+"""Re-measure the heuristic rules and write ``autotune/heuristics.json`` (the CPU's rules, per pass).
 
-    python -m bench.heuristics [--quick] [--out PATH]
+    python -m bench.heuristics [--quick] [--passes forward backward_data backward_filter] [--out PATH]
 
-For each layer class (most specific first) it times every algorithm on the class's representative layers
-(interleaved rounds, medians), scores each algorithm by the geometric mean over those layers of its time
+For each pass and each layer class (most specific first) it times every algorithm that supports the pass on
+the class's representative layers (interleaved rounds, medians), scores each algorithm by the geometric mean over those layers of its time
 divided by the layer's best time (layers it does not support are left out of its mean), and writes the
 class's rule: the algorithms from best score to worst. A last rule with no condition, ranked over every
 representative layer, is the default. ``autotune.heuristics`` reads the rules: first match wins.
@@ -17,6 +17,7 @@ import json
 import numpy as np
 
 import convalgos
+from convalgos import PASSES
 from autotune.cache import fingerprint
 from autotune.heuristics import DEFAULT_PATH
 from bench.common import interleaved_medians
@@ -45,14 +46,14 @@ CLASSES = [
 ]
 
 
-def layer_times(p, rounds: int) -> dict:
-    """Median seconds of every algorithm that supports layer p."""
+def layer_times(p, op: str, rounds: int) -> dict:
+    """Median seconds of every algorithm that supports pass ``op`` of layer p."""
     rng = np.random.default_rng(0)
-    x = rng.standard_normal((p.N, p.C, p.H, p.W)).astype(p.dtype)
-    w = rng.standard_normal((p.K, p.Cg, p.R, p.S)).astype(p.dtype)
-    out = np.empty(p.out_shape, p.dtype)
-    fns = {name: (lambda a=a: convalgos.run(a, x, w, None, p, out))
-           for name, a in convalgos.ALGORITHMS.items() if a.supports(p)}
+    x, w, dy = (rng.standard_normal(shape).astype(p.dtype) for shape in (p.in_shape, p.weight_shape, p.out_shape))
+    a, b = {"forward": (x, w), "backward_data": (dy, w), "backward_filter": (x, dy)}[op]
+    out = np.empty(p.result_shape(op), p.dtype)
+    fns = {name: (lambda algorithm=algorithm: convalgos.run(algorithm, op, a, b, p, out))
+           for name, algorithm in convalgos.ALGORITHMS.items() if algorithm.supports(p, op)}
     return interleaved_medians(fns, rounds=rounds)
 
 
@@ -72,27 +73,41 @@ def rule(name: str, when: dict, times_per_layer: list) -> dict:
     return {"name": name, "when": when, "order": order, "score": {n: round(score[n], 3) for n in order}}
 
 
-def measure(rounds: int, quick: bool) -> dict:
+def pass_rules(op: str, rounds: int, quick: bool) -> list:
     rules, every_layer = [], []
     for name, when, layers in CLASSES:
-        times = [layer_times(p, rounds) for p in (layers[:1] if quick else layers)]
+        times = [layer_times(p, op, rounds) for p in (layers[:1] if quick else layers)]
         every_layer += times
         rules.append(rule(name, when, times))
-        print(f"{name:<24} {' > '.join(rules[-1]['order'])}")
+        print(f"{op:<16} {name:<24} {' > '.join(rules[-1]['order'])}")
     rules.append(rule("default", {}, every_layer))
-    return {"schema": 1, "produced_by": "python -m bench.heuristics" + (" --quick" if quick else ""),
+    return rules
+
+
+def measure(rounds: int, quick: bool, passes=PASSES, old=None) -> dict:
+    """The heuristics file with the passes in ``passes`` re-measured; the other passes' rules kept from ``old``
+    (an unmeasured pass has none: the tuner then ranks by FLOPs)."""
+    kept = (old or {}).get("devices", {}).get("cpu", {})
+    cpu = {op: pass_rules(op, rounds, quick) if op in passes else kept.get(op, []) for op in PASSES}
+    return {"schema": 2, "produced_by": "python -m bench.heuristics" + (" --quick" if quick else ""),
             "measured": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": fingerprint(), "convalgos": convalgos.__version__,
-            "score": "geometric mean of time / best time over the class's layers", "rules": rules}
+            "score": "geometric mean of time / best time over the class's layers", "devices": {"cpu": cpu}}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one layer per class, 3 rounds")
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--passes", nargs="+", choices=PASSES, default=list(PASSES))
     ap.add_argument("--out", default=DEFAULT_PATH)
     args = ap.parse_args(argv)
-    data = measure(3 if args.quick else args.rounds, args.quick)
+    try:
+        with open(args.out) as f:
+            old = json.load(f)
+    except (OSError, ValueError):
+        old = None
+    data = measure(3 if args.quick else args.rounds, args.quick, args.passes, old)
     with open(args.out, "w") as f:
         json.dump(data, f, indent=1)
     print(f"wrote {args.out}")

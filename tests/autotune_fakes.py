@@ -1,7 +1,7 @@
 """Fake algorithms and a fake clock for the autotune tests: selection is exact, whatever algorithms exist.
 
-Each fake computes the real convolution (the float64 reference, or a deliberately wrong variant) and
-advances the shared fake clock by its declared cost, so the Tuner's timer measures exactly that cost.
+Each fake computes the real pass (the float64 reference, or a deliberately wrong variant) and advances the
+shared fake clock by its declared cost, so the Tuner's timer measures exactly that cost.
 """
 from __future__ import annotations
 
@@ -27,34 +27,52 @@ class FakeClock:
 
 
 class Fake(Algorithm):
-    """Costs ``cost`` seconds of fake time per call (a list: one cost per call, the last repeating)."""
+    """Costs ``cost`` seconds of fake time per call (a list: one cost per call, the last repeating).
+
+    ``raises``: an exception instance raised from call number ``raise_from`` on (0: the first).
+    ``passes``: the passes it implements (all three by default)."""
 
     def __init__(self, name, clock, cost, *, deterministic=True, workspace=0, wrong=None, only_3x3=False,
-                 sleep=0.0):
+                 sleep=0.0, raises=None, raise_from=0, flops=None):
         super().__init__()
         self.name, self.clock, self.costs = name, clock, list(cost) if isinstance(cost, (list, tuple)) else [cost]
         self.deterministic, self.ws, self.wrong, self.only_3x3, self.sleep = (deterministic, workspace, wrong,
                                                                               only_3x3, sleep)
+        self.raises, self.raise_from, self.flop_count = raises, raise_from, flops
         self.calls = 0
 
-    def supports(self, p):
+    def constraints(self, p, op):
         if self.only_3x3 and (p.R, p.S) != (3, 3):
             return unsupported(f"{self.name} needs a 3x3 kernel, got {p.R}x{p.S}")
         return SUPPORTED
 
-    def workspace_bytes(self, p):
+    def workspace_bytes(self, p, op="forward"):
         return self.ws
 
-    def forward(self, x, w, p, out):
-        out[...] = reference.forward(x, w, p)
+    def flops(self, p, op="forward"):
+        return p.flops if self.flop_count is None else self.flop_count
+
+    def _compute(self, op, a, b, p, out):
+        self.calls += 1
+        if self.raises is not None and self.calls > self.raise_from:
+            raise self.raises
+        out[...] = reference.PASS[op](a, b, p)
         if self.wrong == "everywhere":
             out *= 1.01
         elif self.wrong == "last_row":
             out[:, :, -1, :] += 1.0
-        self.clock.advance(self.costs[min(self.calls, len(self.costs) - 1)])
-        self.calls += 1
+        self.clock.advance(self.costs[min(self.calls - 1, len(self.costs) - 1)])
         if self.sleep:
             time.sleep(self.sleep)
+
+    def forward(self, x, w, p, out):
+        self._compute("forward", x, w, p, out)
+
+    def backward_data(self, dy, w, p, out):
+        self._compute("backward_data", dy, w, p, out)
+
+    def backward_filter(self, x, dy, p, out):
+        self._compute("backward_filter", x, dy, p, out)
 
 
 def fakes(clock, **specs) -> dict:

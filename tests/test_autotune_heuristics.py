@@ -1,10 +1,12 @@
-"""autotune.heuristics: rule matching, ranking, and heuristics.json as written by bench/heuristics.py."""
+"""autotune.heuristics: rule matching, ranking per device and pass, FLOP ranking where nothing was measured,
+and heuristics.json as written by bench/heuristics.py."""
 import numpy as np
 
 import convalgos
 from autotune.heuristics import Heuristics, features, matches
 from bench import heuristics as script
 from bench.layers import layer
+from convalgos import PASSES
 
 
 def test_features_and_conditions():
@@ -23,16 +25,36 @@ def test_first_matching_rule_wins_and_unnamed_rank_last():
     assert Heuristics({"rules": []}).rank(layer(1, 4, 8, 4, 3), ["c", "a"]) == (["c", "a"], "registration order")
 
 
+def test_rules_are_per_device_and_pass_and_flops_rank_where_none_were_measured():
+    h = Heuristics({"devices": {"cpu": {"forward": [{"name": "f", "when": {}, "order": ["b", "a"]}],
+                                        "backward_data": [{"name": "d", "when": {"kernel": [1, 1]}, "order": ["a"]}]}}})
+    p, flops = layer(1, 4, 8, 4, 3), {"a": 30, "b": 20, "c": 10}
+    assert h.rank(p, ["a", "b", "c"], op="forward", device="cpu", flops=flops) == (["b", "a", "c"], "f")
+    ranked, rule = h.rank(p, ["a", "b", "c"], op="backward_filter", device="cpu", flops=flops)
+    assert ranked == ["c", "b", "a"] and "FLOPs" in rule and "no measured rules for cpu backward_filter" in rule
+    ranked, rule = h.rank(p, ["a", "b", "c"], op="forward", device="cuda", flops=flops)
+    assert ranked == ["c", "b", "a"] and "cuda" in rule
+    ranked, rule = h.rank(p, ["a", "b", "c"], op="backward_data", device="cpu", flops=flops)   # 3x3: no match
+    assert ranked == ["c", "b", "a"] and "no rule matched" in rule
+    assert h.slowdowns("f", ["a"], op="backward_data") == {}
+
+
 def test_ranking_is_by_geometric_mean_of_ratio_to_best():
     order, score = script.ranking([{"a": 1.0, "b": 2.0}, {"a": 4.0, "b": 1.0, "c": 1.5}])
     assert order == ["b", "c", "a"] and np.isclose(score["a"], 2.0) and np.isclose(score["b"], 2 ** 0.5)
 
 
 def test_heuristics_json_is_the_scripts_output():
-    rules = Heuristics.from_file().rules
-    assert [(r["name"], r["when"]) for r in rules] == [(n, w) for n, w, _ in script.CLASSES] + [("default", {})]
-    for r in rules:
-        assert r["order"] == script.rule(r["name"], r["when"], [r["score"]])["order"]  # sorted by its scores
-    for name, when, layers in script.CLASSES:      # every class's layers fire their own rule
-        for p in layers:
-            assert Heuristics({"rules": rules}).rank(p, list(convalgos.ALGORITHMS))[1] == name, (name, p)
+    h = Heuristics.from_file()
+    assert set(h.devices) == {"cpu"} and set(h.devices["cpu"]) == set(PASSES)
+    assert h.rules("forward", "cpu"), "the forward pass is measured"
+    for op in PASSES:
+        rules = h.rules(op, "cpu")
+        if not rules:                      # a pass not measured yet ranks by FLOPs
+            continue
+        assert [(r["name"], r["when"]) for r in rules] == [(n, w) for n, w, _ in script.CLASSES] + [("default", {})]
+        for r in rules:
+            assert r["order"] == script.rule(r["name"], r["when"], [r["score"]])["order"]  # sorted by its scores
+        for name, when, layers in script.CLASSES:      # every class's layers fire their own rule
+            for p in layers:
+                assert h.rank(p, list(convalgos.ALGORITHMS), op=op)[1] == name, (name, p)

@@ -1,0 +1,175 @@
+"""The devices the tuner runs on. Each owns one kind of array and hands the tuner ITS OWN algorithms.
+
+A device answers, for the tuner:
+
+- ``owns(x)``: is ``x`` one of its arrays? (``device_of`` asks each device in ``DEVICES`` in turn);
+- ``algorithms``: its registry, name -> Algorithm, asked with its own ``supports``, ``workspace_bytes`` and
+  ``flops``: the CPU's is ``convalgos.ALGORITHMS``, the GPU's ``convalgos.cuda.ALGORITHMS``;
+- ``name`` (part of the table's key), ``kind`` ("cpu" or "cuda": which heuristics apply), ``layout(x)`` and
+  ``threads()`` (also in the key);
+- ``timer``: how a run is timed (wall clock on the CPU, CUDA events on the GPU);
+- ``run(algorithm, op, a, b, p, out, bias)``: one pass through ``convalgos.run``; ``last_workspace``: bytes
+  the last run newly allocated, where the device can see it (the GPU's memory pool), else None;
+- ``host(a)``: a NumPy view or copy of a result, for the reference check;
+- ``release(algorithm)``: free what a failed candidate left behind.
+
+``SimulatedGpuDevice`` runs the GPU registry on NumPy arrays under the Numba CUDA simulator, so the GPU tuning
+path is tested without a GPU (``Tuner(devices=[SimulatedGpuDevice()])``).
+"""
+from __future__ import annotations
+
+import functools
+import time
+
+import numba
+import numpy as np
+
+import convalgos
+from convalgos.backend import is_cupy_array
+
+from .measure import Timer
+
+
+class CpuDevice:
+    """NumPy arrays on the CPU, run by the CPU registry."""
+
+    name = "cpu"
+    kind = "cpu"
+    last_workspace = None
+
+    def __init__(self):
+        self.timer = Timer()
+
+    @property
+    def algorithms(self) -> dict:
+        return convalgos.ALGORITHMS
+
+    def owns(self, x) -> bool:
+        return isinstance(x, np.ndarray)
+
+    def layout(self, x) -> str:
+        if x.flags.c_contiguous:
+            return "contiguous"
+        return "channels_last" if x.transpose(0, 2, 3, 1).flags.c_contiguous else "strided"
+
+    def threads(self) -> int:
+        return numba.get_num_threads()
+
+    def run(self, algorithm, op, a, b, p, out=None, bias=None):
+        return convalgos.run(algorithm, op, a, b, p, out, bias)
+
+    def host(self, a):
+        return np.asarray(a)
+
+    def release(self, algorithm) -> None:
+        algorithm.release()
+
+
+class CudaEventTimer:
+    """Seconds of GPU time of a call: CUDA events around it, after a synchronise."""
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def time(self, fn) -> float:
+        import cupy
+        cupy.cuda.Device().synchronize()
+        start, end = cupy.cuda.Event(), cupy.cuda.Event()
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        return cupy.cuda.get_elapsed_time(start, end) / 1e3
+
+
+def gpu_algorithms() -> dict:
+    """The GPU registry, imported when first needed (importing autotune imports no CuPy)."""
+    from convalgos import cuda
+    return cuda.ALGORITHMS
+
+
+class GpuDevice(CpuDevice):
+    """CuPy arrays on the current CUDA device, run by the GPU registry.
+
+    - keyed by the GPU's name and compute capability (``name``, e.g. "cuda:NVIDIA H200 cc9.0") and its
+      multiprocessor count (``threads``);
+    - a run is timed between two CUDA events recorded after a synchronise;
+    - a candidate's workspace is the growth of CuPy's memory pool during its warm-up run (its kept buffers
+      are allocated then; temporaries served by blocks already in the pool are not counted);
+    - after a failed candidate (out of memory, or any other error) the pool's cached blocks are freed.
+    """
+
+    kind = "cuda"
+
+    def __init__(self):
+        self.timer = CudaEventTimer()
+        self.last_workspace = None
+
+    @property
+    def algorithms(self) -> dict:
+        return gpu_algorithms()
+
+    @functools.cached_property
+    def _properties(self) -> dict:
+        import cupy
+        return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+
+    @property
+    def name(self) -> str:
+        props = self._properties
+        gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
+        return f"cuda:{gpu} cc{props['major']}.{props['minor']}"
+
+    def owns(self, x) -> bool:
+        return is_cupy_array(x)
+
+    def layout(self, x) -> str:
+        return "contiguous" if x.flags.c_contiguous else "strided"
+
+    def threads(self) -> int:
+        return int(self._properties["multiProcessorCount"])
+
+    def run(self, algorithm, op, a, b, p, out=None, bias=None):
+        import cupy
+        pool = cupy.get_default_memory_pool()
+        before = pool.total_bytes()
+        result = convalgos.run(algorithm, op, a, b, p, out, bias)
+        self.last_workspace = max(0, pool.total_bytes() - before)
+        return result
+
+    def host(self, a):
+        return a.get()
+
+    def release(self, algorithm) -> None:
+        import cupy
+        algorithm.release()
+        cupy.get_default_memory_pool().free_all_blocks()
+
+
+class SimulatedGpuDevice(CpuDevice):
+    """The GPU registry on NumPy arrays, under the Numba CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``): the GPU
+    tuning path without a GPU. Wall-clock timed; never in ``DEVICES`` (it would claim every NumPy array)."""
+
+    name = "cuda:simulator"
+    kind = "cuda"
+
+    @property
+    def algorithms(self) -> dict:
+        return gpu_algorithms()
+
+    def threads(self) -> int:
+        return 1
+
+
+#: the devices ``device_of`` asks, in order.
+DEVICES = [CpuDevice(), GpuDevice()]
+
+
+def device_of(x, devices=None):
+    """The device whose arrays ``x`` is: the one place array types are told apart."""
+    devices = DEVICES if devices is None else devices
+    for device in devices:
+        if device.owns(x):
+            return device
+    raise TypeError(f"arrays must belong to a known device ({[d.kind for d in devices]}), "
+                    f"got {type(x).__module__}.{type(x).__name__}")

@@ -1,0 +1,219 @@
+"""Tuning one key: which algorithms may run it, and which is fastest (what ``cudnn.benchmark`` does, in the open).
+
+1. Candidates: every algorithm of the device's registry whose ``supports(p, op)`` holds, minus the
+   non-deterministic ones when ``deterministic``, minus those over ``workspace_limit``; ranked by the
+   heuristic; ``benchmark_limit`` keeps the best ranked N; ``prune_ratio`` drops those the heuristic's
+   measurements found that many times slower than the best of the layer's class. Every exclusion is recorded
+   with its reason. When nothing fits the workspace limit, the error names the smallest workspace that would.
+2. Each candidate runs once on the real operands as a warm-up (JIT compilation included, reported apart) and
+   its result is checked against the float64 reference (``measure.ReferenceCheck``); one outside its
+   tolerance is rejected, and one that raises anything at all is skipped with the error recorded.
+3. The race: timed rounds, interleaved. No candidate is judged on one run. A run slower than ``spike_ratio``
+   times the candidate's own fastest run (its warm-up included) is a spike and is no evidence; the warm-up
+   counts as evidence when it is not a spike (then it held no compilation). With at least two runs of
+   evidence, a candidate whose fastest is ``abandon_ratio`` times the best median is abandoned (the cost cap:
+   a slow candidate costs at most two of its runs), and one whose fastest is over ``settle_ratio`` times it
+   stops (it cannot tie the best, so its median needs no more precision). The others run until their median
+   is known to ``precision`` (MAD/median/sqrt(runs)), at least ``min_runs``, or until the timed rounds have
+   cost ``cost_cap`` times the best median (or ``time_budget`` seconds); then they complete ``min_runs``.
+4. The runner-up, when it was dropped on fewer than ``min_runs`` runs, is re-timed beside the leader: a margin
+   that rests on few runs is checked before it decides.
+5. The choice: the fastest median; near-ties (medians within the measured noise, at least ``tie_tolerance``)
+   are listed in the entry and go to the deterministic one, then the smaller workspace, then the smaller
+   error, then the name, so the choice is stable run to run.
+"""
+from __future__ import annotations
+
+from convalgos import UnsupportedError
+
+from .measure import ReferenceCheck, choose, median, noise
+from .table import Entry, Key, MiB
+
+
+def candidates(tuner, key: Key, registry: dict, kind: str) -> tuple[list, dict, dict, str]:
+    """(eligible names best-ranked first, workspace bytes per name, skip reasons, the ranking rule)."""
+    p, op, limit = key.params, key.op, tuner.workspace_limit
+    skipped, workspace, names, over = {}, {}, [], {}
+    for name, algorithm in registry.items():
+        support = algorithm.supports(p, op)
+        if not support:
+            skipped[name] = support.reason
+            continue
+        workspace[name] = int(algorithm.workspace_bytes(p, op))
+        if key.deterministic and not algorithm.deterministic:
+            skipped[name] = "not deterministic (deterministic=True)"
+        elif limit is not None and workspace[name] > limit:
+            skipped[name] = f"needs {workspace[name] / MiB:.1f} MiB workspace, limit {limit / MiB:.1f} MiB"
+            over[name] = workspace[name]
+        else:
+            names.append(name)
+    if not names:
+        message = f"no algorithm can run {key}"
+        if over:
+            smallest = min(over, key=over.get)
+            message += (f" within workspace_limit={limit} bytes; the smallest workspace that would have worked is "
+                        f"{over[smallest]} bytes ({over[smallest] / MiB:.2f} MiB, {smallest})")
+        raise UnsupportedError(f"{message}. Reasons: {skipped}")
+    flops = {name: registry[name].flops(p, op) for name in names}
+    ranked, rule = tuner.heuristics.rank(p, names, op=op, device=kind, flops=flops)
+    return ranked, workspace, skipped, rule
+
+
+def heuristic_entry(tuner, key: Key, registry: dict, kind: str, source: str = "heuristic", why: str = "") -> Entry:
+    """The entry of benchmark-off mode: the heuristic's first choice, the rest as fallbacks; nothing timed."""
+    ranked, workspace, skipped, rule = candidates(tuner, key, registry, kind)
+    return Entry(key, ranked[0], source, rule=why + rule, workspace=workspace, skipped=skipped, ranked=ranked)
+
+
+def reused_entry(tuner, key: Key, registry: dict, kind: str, nearest: Entry | None, why: str) -> Entry:
+    """A new shape's entry that reuses the choice of ``nearest`` (a tuned shape of the same layer and pass),
+    or the heuristic's when there is none or its choices cannot run this shape (source "patience")."""
+    ranked, workspace, skipped, rule = candidates(tuner, key, registry, kind)
+    reusable = [n for n in (nearest.ranked if nearest else []) if n in ranked]
+    if not reusable:
+        return heuristic_entry(tuner, key, registry, kind, "patience", f"{why}; no tuned shape to reuse: ")
+    return Entry(key, reusable[0], "patience", rule=f"{why}; reuses the choice for {nearest.key.params}",
+                 workspace=workspace, skipped=skipped, ranked=reusable + [n for n in ranked if n not in reusable])
+
+
+def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
+    """Measure the candidates on the real operands and choose (steps 1-5 of the module docstring)."""
+    start = timer.now()
+    ranked, workspace, skipped, rule = candidates(tuner, key, registry, device.kind)
+    ranked = _limit_and_prune(tuner, ranked, rule, key, skipped, device.kind)
+    entry = Entry(key, "", "benchmark", rule=rule, workspace=workspace, skipped=skipped, fresh_output=out is None)
+    p, op = key.params, key.op
+    checker = ReferenceCheck(op, device.host(a), device.host(b), p)
+    calls = {}
+    for name in ranked:
+        algorithm = registry[name]
+
+        def call(algorithm=algorithm):
+            return device.run(algorithm, op, a, b, p, out)
+
+        result = []
+        try:
+            entry.warmup[name] = timer.time(lambda: result.append(call()))
+        except Exception as e:  # noqa: BLE001 - whatever a candidate raises skips it, never the user's call
+            skipped[name] = f"failed: {type(e).__name__}: {e}"
+            device.release(algorithm)
+            continue
+        if device.last_workspace is not None:
+            workspace[name] = device.last_workspace
+        entry.errors[name] = checker.error(device.host(result[0]))
+        tolerance = algorithm.tolerance_of(op, p.dtype)
+        if not entry.errors[name] <= tolerance:
+            skipped[name] = (f"rejected: normwise error {entry.errors[name]:.1e} exceeds its {p.dtype} "
+                             f"tolerance {tolerance:.0e}")
+        else:
+            calls[name] = call
+    race = Race(tuner, calls, entry.warmup, timer, device, registry)
+    race.run()
+    skipped.update(race.failed)
+    if not race.samples:
+        raise RuntimeError(f"every candidate for {key} was rejected or failed: {skipped}")
+    entry.times = {n: median(s) for n, s in race.samples.items()}
+    entry.runs = {n: len(s) for n, s in race.samples.items()}
+    entry.spikes = {n: k for n, k in race.spikes().items() if k}
+    entry.abandoned = race.abandoned
+    entry.algo, entry.tied = choose(race.samples, tuner.tie_tolerance, lambda n: (
+        not registry[n].deterministic, workspace.get(n, 0), entry.errors.get(n, 0.0), n))
+    entry.ranked = [entry.algo] + sorted((n for n in entry.times if n != entry.algo), key=entry.times.get)
+    entry.tuning_seconds = timer.now() - start
+    return entry
+
+
+def _limit_and_prune(tuner, ranked: list, rule: str, key: Key, skipped: dict, kind: str) -> list:
+    limit = tuner.benchmark_limit
+    if limit is not None:
+        for rank, name in enumerate(ranked[limit:], limit + 1):
+            skipped[name] = f"benchmark_limit={limit}: ranked {rank} by rule {rule!r}"
+        ranked = ranked[:limit]
+    if tuner.prune_ratio is not None:
+        for name, slowdown in tuner.heuristics.slowdowns(rule, ranked, op=key.op, device=kind).items():
+            if slowdown >= tuner.prune_ratio:
+                skipped[name] = (f"pruned: rule {rule!r} measured it {slowdown:.1f}x slower than the best of its "
+                                 f"class (prune_ratio={tuner.prune_ratio})")
+    return [n for n in ranked if n not in skipped]
+
+
+def evidence(runs: list, warmup: float, spike_ratio: float) -> list:
+    """The runs that count: the timed runs and the warm-up, less spikes (over ``spike_ratio`` x the fastest)."""
+    every = runs + [warmup]
+    floor = min(every)
+    return [t for t in every if t <= spike_ratio * floor]
+
+
+class Race:
+    """Interleaved timed rounds over the candidates that passed the check (steps 3 and 4)."""
+
+    def __init__(self, settings, calls: dict, warmup: dict, timer, device, registry: dict):
+        self.s, self.calls, self.warmup, self.timer = settings, calls, warmup, timer
+        self.device, self.registry = device, registry
+        self.samples = {name: [] for name in calls}
+        self.abandoned, self.failed, self.spent = {}, {}, 0.0
+
+    def run(self) -> None:
+        self._rounds(list(self.calls))
+        runner = self._runner_up()
+        if runner is not None:
+            self.abandoned.pop(runner, None)
+            self._rounds([self.leader(), runner])
+
+    def leader(self) -> str:
+        return min(self.samples, key=lambda n: median(self.samples[n]))
+
+    def spikes(self) -> dict:
+        """name -> how many of its timed runs were spikes."""
+        ratio = self.s.spike_ratio
+        return {n: sum(t > ratio * min(s + [self.warmup[n]]) for t in s) for n, s in self.samples.items()}
+
+    def _time(self, name: str) -> None:
+        try:
+            seconds = self.timer.time(self.calls[name])
+        except Exception as e:  # noqa: BLE001 - a candidate failing mid-race is dropped, with its error
+            self.failed[name] = f"failed while timed: {type(e).__name__}: {e}"
+            self.device.release(self.registry[name])
+            del self.samples[name]
+            return
+        self.samples[name].append(seconds)
+        self.spent += seconds
+
+    def _rounds(self, active: list) -> None:
+        done = 0
+        while active:
+            shift = done % len(active)
+            for name in active[shift:] + active[:shift]:
+                self._time(name)
+            done += 1
+            if not self.samples:
+                return
+            best, leader = min(median(s) for s in self.samples.values()), self.leader()
+            over = self.spent >= min(self.s.time_budget, self.s.cost_cap * best)
+            active = [n for n in active if n in self.samples and self._continues(n, leader, best, over)]
+
+    def _continues(self, name: str, leader: str, best: float, over: bool) -> bool:
+        runs = self.samples[name]
+        counted = evidence(runs, self.warmup[name], self.s.spike_ratio)
+        fastest = min(counted)
+        if name != leader and len(counted) >= 2 and best > 0:
+            if fastest >= self.s.abandon_ratio * best:
+                self.abandoned[name] = (f"its fastest of {len(counted)} runs was {fastest / best:.1f}x the best "
+                                        f"median (abandon_ratio={self.s.abandon_ratio})")
+                return False
+            if fastest > self.s.settle_ratio * best:
+                return False            # it cannot tie the best: its median needs no more precision
+        if len(runs) >= self.s.max_runs:
+            return False
+        return len(runs) < self.s.min_runs or not (over or noise(runs) <= self.s.precision)
+
+    def _runner_up(self):
+        """The fastest candidate dropped on fewer than ``min_runs`` runs, when within reach of the leader."""
+        if len(self.samples) < 2:
+            return None
+        leader = self.leader()
+        early = [n for n, s in self.samples.items() if n != leader and len(s) < self.s.min_runs]
+        if not early:
+            return None
+        runner = min(early, key=lambda n: min(self.samples[n]))
+        return runner if min(self.samples[runner]) < self.s.abandon_ratio * median(self.samples[leader]) else None
