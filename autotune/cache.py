@@ -118,21 +118,27 @@ def _read(path) -> dict:
     return data
 
 
-def _folder_problem(path) -> str | None:
+def writable_problem(path) -> str | None:
+    """Why a file cannot be written at ``path`` (a directory, no such folder, a folder not writable), or None."""
+    path = _abs(path)
     folder = os.path.dirname(path)
     if os.path.isdir(path):
         return "it is a directory"
     if not os.path.isdir(folder):
         return f"its folder {folder} does not exist"
-    if not os.access(folder, os.W_OK | os.X_OK):
-        return f"its folder {folder} is not writable"
+    try:                                # a real probe: access() says yes to root, even in /proc
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=".autotune-probe-")
+        os.close(fd)
+        os.unlink(probe)
+    except OSError as e:
+        return f"its folder {folder} is not writable ({e.strerror or e})"
     return None
 
 
 def problem(path) -> str | None:
     """Why ``path`` cannot be used as a cache file (read and saved), or None when it can."""
     path = _abs(path)
-    found = _folder_problem(path)
+    found = writable_problem(path)
     if found is None:
         try:
             _read(path)
@@ -225,7 +231,7 @@ def save(path, entries: list, foreign: list) -> bool:
     a cache (no such folder, a directory, a read-only place, a file that is not a cache): nothing is written.
     """
     path = _abs(path)
-    reason = _folder_problem(path)
+    reason = writable_problem(path)
     if reason is not None:
         _report(path, reason, "tunings not saved (the table stays in memory)")
         return False
