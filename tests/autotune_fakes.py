@@ -8,7 +8,7 @@ from __future__ import annotations
 import threading
 import time
 
-from convalgos import Algorithm, reference
+from convalgos import PASSES, Algorithm, reference
 from convalgos.registry import SUPPORTED, unsupported
 
 from autotune.measure import Timer
@@ -29,16 +29,17 @@ class FakeClock:
 class Fake(Algorithm):
     """Costs ``cost`` seconds of fake time per call (a list: one cost per call, the last repeating).
 
-    ``raises``: an exception instance raised from call number ``raise_from`` on (0: the first).
-    ``passes``: the passes it implements (all three by default)."""
+    ``pass_cost``: pass -> cost, where a pass costs otherwise. ``raises``: an exception instance raised from
+    call number ``raise_from`` on (0: the first)."""
 
     def __init__(self, name, clock, cost, *, deterministic=True, workspace=0, wrong=None, only_3x3=False,
-                 sleep=0.0, raises=None, raise_from=0, flops=None):
+                 sleep=0.0, raises=None, raise_from=0, flops=None, pass_cost=None):
         super().__init__()
         self.name, self.clock, self.costs = name, clock, list(cost) if isinstance(cost, (list, tuple)) else [cost]
         self.deterministic, self.ws, self.wrong, self.only_3x3, self.sleep = (deterministic, workspace, wrong,
                                                                               only_3x3, sleep)
         self.raises, self.raise_from, self.flop_count = raises, raise_from, flops
+        self.pass_costs = {op: list(c) if isinstance(c, (list, tuple)) else [c] for op, c in (pass_cost or {}).items()}
         self.calls = 0
 
     def constraints(self, p, op):
@@ -61,7 +62,8 @@ class Fake(Algorithm):
             out *= 1.01
         elif self.wrong == "last_row":
             out[:, :, -1, :] += 1.0
-        self.clock.advance(self.costs[min(self.calls - 1, len(self.costs) - 1)])
+        costs = self.pass_costs.get(op, self.costs)
+        self.clock.advance(costs[min(self.calls - 1, len(costs) - 1)])
         if self.sleep:
             time.sleep(self.sleep)
 
@@ -76,11 +78,15 @@ class Fake(Algorithm):
 
 
 def fakes(clock, **specs) -> dict:
-    """name=cost or name=(cost, options) -> an ordered mapping name -> Fake."""
+    """name=cost or name=(cost, options) -> an ordered mapping name -> Fake. The option ``passes`` (a tuple of
+    pass names) makes a fake that implements only those."""
     out = {}
     for name, spec in specs.items():
         cost, options = spec if isinstance(spec, tuple) and isinstance(spec[-1], dict) else (spec, {})
-        out[name] = Fake(name, clock, cost, **options)
+        options = dict(options)
+        passes = options.pop("passes", PASSES)
+        cls = type(f"Fake_{name}", (Fake,), {op: getattr(Fake if op in passes else Algorithm, op) for op in PASSES})
+        out[name] = cls(name, clock, cost, **options)
     return out
 
 
