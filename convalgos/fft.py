@@ -1,44 +1,63 @@
-"""FFT convolution over the whole image: the convolution theorem, one transform per channel image.
+"""FFT convolution over the whole image: the convolution theorem, one transform per channel image, all passes.
 
 Maths. A layer is a cross-correlation, y[i] = sum_a x[i + a] w[a] (2-D, summed over input channels). Flipping
 the kernel, wf[a] = w[R-1-a], turns it into a convolution, y[i] = (x * wf)[i + R - 1], and the convolution
-theorem computes a *circular* convolution of length L as irfft(rfft(x) . rfft(wf)). Circular wrap-around only
-touches the first R - 1 outputs, so with L >= Hin (the input rows needed) the outputs R-1 .. Hin-1 are exact:
-no padding to Hin + R - 1 is needed, since the valid part is all a layer keeps. Channel mixing happens in the
-frequency domain, where it is a complex matrix product for each frequency bin f:
+theorem computes a *circular* convolution of length T as irfft(rfft(x) . rfft(wf)). Circular wrap-around only
+touches the first R - 1 outputs, so with T >= Ho + R - 1 (the input rows the outputs read) the outputs
+R-1 .. T-1 are exact. Channel mixing happens in the frequency domain, a complex matrix product per bin f:
 
-    Y[f, k, n] = sum_c Wf[f, k, c] X[f, c, n]          batched over (f, group): np.matmul on (F, G, Kg, Cg)
+    forward          Y[f, k, n]  = sum_c Wf[f, k, c] X[f, c, n]          np.matmul on (F, G, Kg, Csg) @ (F, G, Csg, P)
 
 Dilation: the kernel is dilated (zeros inserted between taps). Stride (sh, sw) > 1: polyphase decomposition.
 With u = a*sh + ph, x[i*sh + u] = x_ph[i + a] where x_ph[m] = x[m*sh + ph] and w_ph[a] = w[a*sh + ph], so a
-strided correlation is the sum over the sh*sw phases of stride-1 correlations of R/sh x S/sw kernels. The phases
-are simply more input channels (space-to-depth, Cs = C*sh*sw), summed by the same channel GEMM, so only the
-outputs that are kept get computed (not the stride-1 result then subsampled).
+strided correlation is the sum over the sh*sw phases of stride-1 correlations of Rq x Sq = R/sh x S/sw kernels.
+The phases are more input channels (space-to-depth, Cs = C*sh*sw), summed by the same channel GEMM, so only
+the outputs that are kept get computed.
 
-The data path: gather (Numba) padding, phases and tiles into a reused real buffer laid out (Th, Tw, Cs, P) with
-P = N * tiles; scipy rfftn over the two leading axes gives (F, Cs, P) with F = Th*(Tw//2+1), the GEMM layout,
-with no transposition. The kernel spectrum is computed each call (weights may change between calls) as a
-pruned 2-D DFT by real GEMMs: the kernel has only Rq x Sq taps in a Th x Tw tile, and batched FFTs of many
-short, mostly zero signals cost more in per-transform overhead than two small GEMMs (measured 2-4x on the 16x16
-tiles of a 64-channel 7x7 layer). The inverse rfftn gives (Th, Tw, K, P); a Numba scatter crops each tile into y.
-This module's algorithm is the one-tile case (the tile is the whole image, Th = next_fast_len(Ho + Rq - 1));
-``fft_tiled`` uses the same machinery with many small tiles (overlap-save).
+The backward passes are the same sum read the other way round, on the phase images (chain rule):
 
-FLOPs (``flops``), convention: a real FFT of n points (2-D: n = Th*Tw) costs 2.5 n log2 n real flops; a complex
-multiply-add 8. Counted: the forward FFTs of Cs*P input tiles and the inverse FFTs of K*P output tiles; the
-kernel's DFT GEMMs, 4*Fw*Sq*Rq + 8*Th*Rq*Fw real flops per (k, phase channel) (Fw = Tw//2+1); the channel GEMM
-8*F*K*Csg*P (Csg = Cs/groups). The kernel's share is why whole-image FFT at batch 1 loses to the tiled one.
+    backward_data    dx_ph[c, m] = sum_{k, a} dy[k, m - a] w_ph[k, c, a]        a full convolution, m < Ho + Rq - 1
+    backward_filter  dw_ph[k, c, a] = sum_{n, i} x_ph[n, c, i + a] dy[n, k, i]  a correlation, a < Rq
 
-Workspace (``workspace_bytes``): the sum of every array made (the live peak is a little lower): the dilated
-polyphase kernel and its flipped copy, 2*Rq*Sq*K*Csg reals; the kernel's row DFT 2*Rq*Fw*K*Csg reals, its
-planar spectrum 2*F*K*Csg reals and interleaved spectrum F*K*Csg complex; the gathered tiles Th*Tw*Cs*P reals;
-their spectrum F*Cs*P complex; the product spectrum F*K*P complex; the inverse Th*Tw*K*P reals. scipy allocates
-the tile spectrum and the inverse (it has no ``out=``); the rest are buffers reused between calls.
+- backward_data. For a real kernel, conj(Wf) is the spectrum of wf reversed, i.e. of w_ph shifted back by
+  Rq - 1: multiplying dy's spectrum by the conjugate kernel spectrum turns the forward's correlation into
+  the convolution above, and the channel GEMM runs transposed, K -> C per group:
+      DX[f, c, n] = sum_k conj(Wf[f, k, c]) DY[f, k, n]     (F, G, Csg, Kg) @ (F, G, Kg, P), the kernel's view
+  dy enters the tile shifted down by Rq - 1 rows (Sq - 1 columns), so the tile's pixel m is dx_ph[m], exact
+  for T >= Ho + Rq - 1. Identity: at stride 1 this is a forward convolution of dy (padded by R - 1) with the
+  kernel flipped and its K and C swapped. The phase images are scattered back into dx (phase channel
+  (c, ph, pw), pixel m is padded row m*sh + ph), the padding cropped, and every pixel no output reads (cut by
+  the stride, between dilated taps, past the last output) written as an exact zero, as torch does.
+- backward_filter. dy plays the kernel: the identity is dw = a forward convolution of x with dy as the
+  kernel, summed over images (x's channels the batch, dy's the filters; the layer's stride becomes the
+  dilation of dy's taps, which polyphase turns back into stride 1). In the frequency domain the correlation
+  is X_c(f) conj(DY_k(f)); reversing the dy tile in place (as the forward reverses its kernel) gives that
+  conjugate spectrum, shifted, with no separate conjugation pass. The sum over images (and tiles) is the
+  contraction of one complex GEMM per bin, (Kg x P) @ (P x Csg), accumulated over batch chunks in the
+  frequency domain; one inverse transform of the K*Csg lag planes at the end, and the R x S taps are read at
+  offset mh - 1 (the flipped tile's length) from the lag planes of their phases. This is where FFT is at home:
+  the "kernel" is the whole dy plane, so the transform replaces Ho*Wo multiply-adds per tap, not R*S.
 
-Batch: processed in equal chunks (a divisor of N) whose workspace fits CHUNK_WORKSPACE, against one kernel
-spectrum; ``workspace_bytes`` is that of one chunk.
+The data path (every pass): gather (Numba) padding, phases and tiles into a reused real buffer laid out
+(Th, Tw, channels, P) with P = N * tiles; scipy rfftn over the two leading axes gives (F, channels, P) with
+F = Th*(Tw//2+1), the GEMM layout, with no transposition. The kernel spectrum (forward, backward_data) is
+computed each call (weights change between calls) as a pruned 2-D DFT by real GEMMs: the kernel has only
+Rq x Sq taps in a Th x Tw tile, and batched FFTs of many short, mostly zero signals cost more in per-transform
+overhead than two small GEMMs (measured 2-4x on the 16x16 tiles of a 64-channel 7x7 layer). The inverse rfftn
+gives (Th, Tw, channels, P); a Numba scatter crops each tile into the result. This module's algorithm is the
+one-tile case (the tile is the whole image, Th = next_fast_len(Ho + Rq - 1) in every pass); ``fft_tiled``
+uses the same machinery with many small tiles (overlap-save). Plans, FLOPs and workspace per pass: ``fft_plan``.
 
-Constraints: any stride, dilation, padding and groups; refused when one image's workspace exceeds MAX_WORKSPACE.
+Batch: processed in equal chunks (a divisor of N) whose workspace fits min(CHUNK_WORKSPACE, the workspace cap),
+against one kernel spectrum (backward_filter: into one accumulated spectrum); ``workspace_bytes`` is that of
+one chunk.
+
+Constraints: any stride, dilation, padding and groups, in every pass; refused when one image's workspace
+passes ``workspace_cap()``, with a reason that says so. There is no separate fixed limit (the former 1 GiB
+MAX_WORKSPACE per image): the registry's cap is the one memory budget of every algorithm, tied to the machine
+and settable by the user, and a second fixed limit would refuse layers the user's cap allows with no knob to
+change it. The chunking is what keeps FFT under the cap; only a layer whose single image does not fit is
+refused, and the reason names the tile size and says the batch is already one image per chunk.
 
 numpy.fft or scipy.fft: scipy.fft, measured. Both transform float32 as complex64, but on the (T, T, Cs, P)
 layout with leading-axis transforms scipy was 1.7-7x faster than numpy 2.4 even with numpy's ``out=`` (numpy's
@@ -47,98 +66,19 @@ lets pocketfft split the independent vectors over the cores; the result is bitwi
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
 from functools import lru_cache
-from math import log2
 
 import numpy as np
 import scipy.fft
 from numba import njit, prange
 
+from .fft_backward import gather_flipped_tiles, pick_lags, read_mask, scatter_phases
+from .fft_plan import TilePlan, plan_flops, plan_workspace_bytes, whole_image_plan
 from .params import ConvParams
-from .registry import SUPPORTED, Algorithm, register, unsupported
+from .registry import GiB, SUPPORTED, Algorithm, register, unsupported, workspace_cap
 
-#: the largest workspace (bytes) a layer may need for one image; larger layers are refused.
-MAX_WORKSPACE = 1 << 30
-#: the batch is processed in chunks of images whose workspace fits this (the kernel spectrum is made once).
+#: the batch is processed in chunks of images whose workspace fits this (and the workspace cap).
 CHUNK_WORKSPACE = 256 << 20
-
-
-def next_fast_len(n: int) -> int:
-    """The smallest 2^a 3^b 5^c >= n: a length pocketfft transforms fastest."""
-    best = 1 << max(0, (n - 1).bit_length())
-    p5 = 1
-    while p5 < best:
-        p35 = p5
-        while p35 < best:
-            m = p35
-            while m < n:
-                m *= 2
-            best = min(best, m)
-            p35 *= 3
-        p5 *= 5
-    return best
-
-
-@dataclass(frozen=True)
-class TilePlan:
-    """How a layer is cut into FFT tiles, after polyphase decomposition of stride (sh, sw).
-
-    Rq x Sq: kernel extent per phase; Th x Tw: FFT size of a tile; mh x mw: outputs a tile yields;
-    nth x ntw: tiles per image. Phase channels Cs = C*sh*sw; P = N*nth*ntw tiles in all.
-    """
-
-    sh: int
-    sw: int
-    Rq: int
-    Sq: int
-    Th: int
-    Tw: int
-    mh: int
-    mw: int
-    nth: int
-    ntw: int
-
-    @property
-    def freqs(self) -> int:
-        """Frequency bins of one tile's real 2-D spectrum."""
-        return self.Th * (self.Tw // 2 + 1)
-
-
-def phase_extent(p: ConvParams) -> tuple[int, int]:
-    """Kernel extent in each polyphase component: ceil(dilated extent / stride)."""
-    (eh, ew), (sh, sw) = p.kernel_extent, p.stride
-    return -(-eh // sh), -(-ew // sw)
-
-
-def whole_image_plan(p: ConvParams) -> TilePlan:
-    """One tile per image, of fast FFT length >= the phase input extent Ho + Rq - 1."""
-    (Rq, Sq), (Ho, Wo) = phase_extent(p), p.out_hw
-    return TilePlan(*p.stride, Rq, Sq, next_fast_len(Ho + Rq - 1), next_fast_len(Wo + Sq - 1), Ho, Wo, 1, 1)
-
-
-def plan_sizes(p: ConvParams, t: TilePlan) -> dict[str, int]:
-    """Element counts of every array the algorithm makes (reals or complexes, as named)."""
-    Cs, Csg, P, F = p.C * t.sh * t.sw, p.Cg * t.sh * t.sw, p.N * t.nth * t.ntw, t.freqs
-    return dict(kernel_taps_real=2 * t.Rq * t.Sq * p.K * Csg, tiles_real=t.Th * t.Tw * Cs * P, tiles_complex=F * Cs * P,
-                kernel_rows_complex=t.Rq * (t.Tw // 2 + 1) * p.K * Csg, kernel_planar_complex=F * p.K * Csg,
-                kernel_complex=F * p.K * Csg,
-                product_complex=F * p.K * P, out_tiles_real=t.Th * t.Tw * p.K * P)
-
-
-def plan_workspace_bytes(p: ConvParams, t: TilePlan) -> int:
-    sizes = plan_sizes(p, t)
-    elements = sum(2 * v if name.endswith("complex") else v for name, v in sizes.items())
-    return elements * p.itemsize
-
-
-def plan_flops(p: ConvParams, t: TilePlan) -> int:
-    n = t.Th * t.Tw
-    fft = 2.5 * n * log2(n) if n > 1 else 0.0
-    Cs, Csg, P = p.C * t.sh * t.sw, p.Cg * t.sh * t.sw, p.N * t.nth * t.ntw
-    Fw = t.Tw // 2 + 1
-    kernel_dft = p.K * Csg * (4 * Fw * t.Sq * t.Rq + 8 * t.Th * t.Rq * Fw)
-    return int((Cs * P + p.K * P) * fft + kernel_dft + 8 * t.freqs * p.K * Csg * P)
 
 
 @njit(parallel=True, cache=True)
@@ -199,8 +139,9 @@ def real_dft_along_rows(T: int, taps: int, dtype: str) -> np.ndarray:
     return np.block([[cos, sin], [-sin, cos]])
 
 
-def kernel_spectrum(w: np.ndarray, p: ConvParams, t: TilePlan, workspace) -> np.ndarray:
-    """(F, G, Kg, Csg) spectrum of the flipped phase kernel, as a pruned 2-D DFT by two real GEMMs.
+def kernel_spectrum(w: np.ndarray, p: ConvParams, t: TilePlan, workspace, conjugate: bool = False) -> np.ndarray:
+    """(F, G, Kg, Csg) spectrum of the flipped phase kernel (its conjugate if ``conjugate``), as a pruned 2-D
+    DFT by two real GEMMs.
 
     The kernel is tiny (Rq x Sq taps) in a Th x Tw tile, so instead of batched FFTs of many short mostly-zero
     signals: (re; im) of the rfft along S is cos/sin (Fw x Sq) @ kernel, then the DFT along R is one real GEMM
@@ -217,41 +158,52 @@ def kernel_spectrum(w: np.ndarray, p: ConvParams, t: TilePlan, workspace) -> np.
     spectrum = workspace.get("fft.kernel", (t.freqs, KCs), np.result_type(dt, np.complex64))
     spectrum.real = planar[:t.Th].reshape(t.freqs, KCs)
     spectrum.imag = planar[t.Th:].reshape(t.freqs, KCs)
+    if conjugate:
+        np.negative(spectrum.imag, out=spectrum.imag)
     return spectrum.reshape(t.freqs, p.groups, p.Kg, -1)
 
 
 class FFT(Algorithm):
-    """Whole-image real FFT convolution (see the module docstring)."""
+    """Whole-image real FFT convolution, all three passes (see the module docstring)."""
 
     name = "fft"
     deterministic = True
+    # One table for every pass (the base ``tolerance_of``). Worst normwise errors measured (300 random layers up
+    # to 40x40 with kernels up to 7x7, N <= 4, both algorithms; and N2 64->64 7x7 56x56, ResNet-20's N32 16->16
+    # 3x3 32x32, N4 3->8 11x11 s4 128x128, N16 32->32 3x3 s2): float32 forward 3.0e-7, backward_data 3.1e-7,
+    # backward_filter 7.8e-7 (its sums over N*Ho*Wo stay 10x inside); float64 2.5e-15 in every pass;
+    # float16 4.7e-4, the rounding of the float16 result.
     tolerance = {"float16": 2e-3, "float32": 1e-5, "float64": 1e-12}
 
-    def plan(self, p: ConvParams) -> TilePlan:
-        return whole_image_plan(p)
+    def plan(self, p: ConvParams, op: str = "forward") -> TilePlan:
+        return whole_image_plan(p, op)
 
-    def batch_chunk(self, p: ConvParams) -> int:
-        """Images per chunk: the largest divisor of N whose workspace fits CHUNK_WORKSPACE (else 1)."""
-        t = self.plan(p)
+    def batch_chunk(self, p: ConvParams, op: str = "forward") -> int:
+        """Images per chunk: the largest divisor of N whose workspace fits CHUNK_WORKSPACE and the workspace cap
+        (else 1)."""
+        t, limit = self.plan(p, op), min(CHUNK_WORKSPACE, workspace_cap())
         fits = [n for n in range(1, p.N + 1)
-                if p.N % n == 0 and plan_workspace_bytes(p.with_batch(n), t) <= CHUNK_WORKSPACE]
+                if p.N % n == 0 and plan_workspace_bytes(p.with_batch(n), t, op, p.N // n) <= limit]
         return max(fits, default=1)
 
     def constraints(self, p: ConvParams, op: str = "forward"):
-        need = self.workspace_bytes(p)
-        if need > MAX_WORKSPACE:
-            t = self.plan(p)
-            return unsupported(f"{self.name} needs {need / 2**20:.0f} MiB of workspace for one image (FFT tiles "
-                               f"{t.Th}x{t.Tw}, {t.nth * t.ntw} per image), over the {MAX_WORKSPACE / 2**20:.0f} "
-                               f"MiB limit")
+        t = self.plan(p, op)
+        need, cap = plan_workspace_bytes(p.with_batch(1), t, op, max(p.N, 1)), workspace_cap()
+        if need > cap:
+            return unsupported(f"{self.name} needs {need / GiB:.2f} GiB of workspace for one image in its {op} "
+                               f"pass (FFT tiles {t.Th}x{t.Tw}, {t.nth * t.ntw} per image; the batch already "
+                               f"runs one image at a time), over the workspace cap of {cap / GiB:.2f} GiB "
+                               f"(convalgos.set_workspace_cap(bytes) or CONVALGOS_WORKSPACE_CAP to change it)")
         return SUPPORTED
 
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
-        return plan_workspace_bytes(p.with_batch(self.batch_chunk(p)), self.plan(p))
+        chunk = self.batch_chunk(p, op)
+        return plan_workspace_bytes(p.with_batch(chunk), self.plan(p, op), op, max(p.N // chunk, 1))
 
     def flops(self, p: ConvParams, op: str = "forward") -> int:
-        return plan_flops(p, self.plan(p))
+        return plan_flops(p, self.plan(p, op), op, max(p.N // self.batch_chunk(p, op), 1))
 
+    # ---- forward -------------------------------------------------------------------------------------------
     def forward(self, x, w, p, out):
         t, chunk = self.plan(p), self.batch_chunk(p)
         kernel = kernel_spectrum(w, p, t, self.workspace)
@@ -260,16 +212,76 @@ class FFT(Algorithm):
 
     def forward_chunk(self, x, kernel, p, t, out):
         """Convolve the images of x (a chunk of the batch) with the kernel spectrum into out."""
-        real, cplx = np.dtype(p.compute_dtype), np.result_type(p.compute_dtype, np.complex64)
-        Cs, P = p.C * t.sh * t.sw, p.N * t.nth * t.ntw
-        (top, _), (left, _) = p.padding
-        tiles = self.workspace.get("fft.tiles", (t.Th, t.Tw, Cs, P), real)
-        gather_tiles(x, top, left, t.sh, t.sw, t.mh, t.mw, t.nth, t.ntw, tiles)
-        spectrum = scipy.fft.rfftn(tiles, axes=(0, 1), workers=-1).reshape(t.freqs, p.groups, -1, P)
-        product = self.workspace.get("fft.product", (t.freqs, p.groups, p.Kg, P), cplx)
+        spectrum = self.input_spectrum(x, p, t)
+        product = self.workspace.get("fft.product", (t.freqs, p.groups, p.Kg, spectrum.shape[-1]), spectrum.dtype)
         np.matmul(kernel, spectrum, out=product)
-        out_tiles = scipy.fft.irfftn(product.reshape(t.Th, -1, p.K, P), s=(t.Th, t.Tw), axes=(0, 1), workers=-1)
-        scatter_tiles(out_tiles, t.Rq - 1, t.Sq - 1, t.mh, t.mw, t.nth, t.ntw, out)
+        scatter_tiles(self.inverse(product, t), t.Rq - 1, t.Sq - 1, t.mh, t.mw, t.nth, t.ntw, out)
+
+    # ---- backward_data -------------------------------------------------------------------------------------
+    def backward_data(self, dy, w, p, out):
+        op = "backward_data"
+        t, chunk = self.plan(p, op), self.batch_chunk(p, op)
+        kernel = kernel_spectrum(w, p, t, self.workspace, conjugate=True).swapaxes(-1, -2)   # (F, G, Csg, Kg)
+        (Hp, Wp), (Ho, Wo), (sh, sw), (dh, dw) = p.padded_hw, p.out_hw, p.stride, p.dilation
+        rows_read, cols_read = read_mask(Hp, Ho, sh, p.R, dh), read_mask(Wp, Wo, sw, p.S, dw)
+        for n in range(0, p.N, chunk):
+            self.backward_data_chunk(dy[n:n + chunk], kernel, p.with_batch(chunk), t, rows_read, cols_read,
+                                     out[n:n + chunk])
+
+    def backward_data_chunk(self, dy, kernel, p, t, rows_read, cols_read, out):
+        """dx of the images of dy (a chunk): dy's tiles shifted by the kernel extent, times conj(Wf), scattered."""
+        spectrum = self.output_spectrum(dy, p, t, flipped=False)
+        product = self.workspace.get("fft.dx_product", kernel.shape[:3] + spectrum.shape[-1:], spectrum.dtype)
+        np.matmul(kernel, spectrum, out=product)
+        (top, _), (left, _) = p.padding
+        scatter_phases(self.inverse(product, t), top, left, t.sh, t.sw, t.mh, t.mw, t.nth, t.ntw, rows_read,
+                       cols_read, out)
+
+    # ---- backward_filter -----------------------------------------------------------------------------------
+    def backward_filter(self, x, dy, p, out):
+        op = "backward_filter"
+        t, chunk = self.plan(p, op), self.batch_chunk(p, op)
+        cplx = np.result_type(p.compute_dtype, np.complex64)
+        summed = self.workspace.get("fft.dw_spectrum", (t.freqs, p.groups, p.Kg, p.Cg * t.sh * t.sw), cplx)
+        for n in range(0, p.N, chunk):
+            self.backward_filter_chunk(x[n:n + chunk], dy[n:n + chunk], p.with_batch(chunk), t, summed, n == 0)
+        pick_lags(self.inverse(summed.reshape(t.freqs, 1, p.K, -1), t), p, t, out)
+
+    def backward_filter_chunk(self, x, dy, p, t, summed, first):
+        """Add the chunk's sum over tiles of X(f) conj(DY(f)) (flipped dy tiles) to ``summed`` (F, G, Kg, Csg)."""
+        xs = self.input_spectrum(x, p, t)
+        dys = self.output_spectrum(dy, p, t, flipped=True)
+        if first:
+            np.matmul(dys, xs.swapaxes(-1, -2), out=summed)
+        else:
+            product = self.workspace.get("fft.dw_product", summed.shape, summed.dtype)
+            summed += np.matmul(dys, xs.swapaxes(-1, -2), out=product)
+
+    # ---- the transforms every pass shares ------------------------------------------------------------------
+    def input_spectrum(self, x, p, t):
+        """(F, G, Csg, P): the spectra of x's padded polyphase tiles (Cs phase channels)."""
+        (top, _), (left, _) = p.padding
+        tiles = self.workspace.get("fft.tiles", (t.Th, t.Tw, p.C * t.sh * t.sw, p.N * t.nth * t.ntw),
+                                   p.compute_dtype)
+        gather_tiles(x, top, left, t.sh, t.sw, t.mh, t.mw, t.nth, t.ntw, tiles)
+        return scipy.fft.rfftn(tiles, axes=(0, 1), workers=-1).reshape(t.freqs, p.groups, -1, tiles.shape[-1])
+
+    def output_spectrum(self, dy, p, t, flipped):
+        """(F, G, Kg, P): the spectra of dy's tiles, reversed (backward_filter) or shifted down by the kernel
+        extent (backward_data)."""
+        tiles = self.workspace.get("fft.dy_tiles", (t.Th, t.Tw, p.K, p.N * t.nth * t.ntw), p.compute_dtype)
+        if flipped:
+            gather_flipped_tiles(dy, t.mh, t.mw, t.nth, t.ntw, tiles)
+        else:
+            gather_tiles(dy, t.Rq - 1, t.Sq - 1, 1, 1, t.mh, t.mw, t.nth, t.ntw, tiles)
+        return scipy.fft.rfftn(tiles, axes=(0, 1), workers=-1).reshape(t.freqs, p.groups, p.Kg, tiles.shape[-1])
+
+    @staticmethod
+    def inverse(spectrum, t):
+        """(Th, Tw, channels, columns) real tiles of a (F, G, channels per group, columns) spectrum."""
+        F, G, per_group, columns = spectrum.shape
+        return scipy.fft.irfftn(spectrum.reshape(t.Th, -1, G * per_group, columns), s=(t.Th, t.Tw), axes=(0, 1),
+                                workers=-1)
 
 
 register(FFT())

@@ -24,15 +24,23 @@ the FLOP choice was the fastest or within 5% of it on 64->64 7x7 56x56 (T=16: 17
 128->128 3x3 56x56 (T=16: 23 ms; T=12 22, T=24 44) and CIFAR 16->16 3x3 at batch 32 (T=8: 22 ms; T=16 21.6).
 
 FLOPs, workspace, stride (polyphase), dilation (dilated kernel), groups and the scipy.fft choice: as in ``fft``
-(the same formulas and code, with the tile plan of this module). Deterministic: the same tiles, transforms
+(the same formulas and code, with the tile plans of this module). Deterministic: the same tiles, transforms
 and GEMMs in the same order on every call.
 
+Backward passes: the same overlap-save tiles in the same T x T transforms (see ``fft`` for the maths).
+backward_data's tiles yield mh x mw = T - Rq + 1 x T - Sq + 1 pixels of the phase images of dx, each tile
+reading dy from Rq - 1 rows (Sq - 1 columns) above its first pixel; backward_filter's tiles are mh x mw
+pixels of dy, each correlated with the (mh + Rq - 1) x (mw + Sq - 1) region of x its outputs read, and the
+products of all tiles of all images are summed in the frequency domain (the contraction of the per-bin GEMM)
+before one inverse transform of the Rq x Sq lags. T is chosen per pass by that pass's FLOP count.
+
 Constraints: refused when the phase kernel extent (ceil(dilation*(R-1)+1) / stride)) exceeds the largest tile,
-or when the workspace exceeds ``fft.MAX_WORKSPACE``.
+or when one image's workspace passes ``workspace_cap()`` (as ``fft``).
 """
 from __future__ import annotations
 
-from .fft import FFT, TilePlan, phase_extent, plan_flops
+from .fft import FFT
+from .fft_plan import TilePlan, phase_extent, plan_flops, tile_plan
 from .params import ConvParams
 from .registry import register, unsupported
 
@@ -40,38 +48,31 @@ from .registry import register, unsupported
 TILE_SIZES = (8, 12, 16, 24, 32, 48, 64)
 
 
-def tile_plan(p: ConvParams, T: int) -> TilePlan:
-    """The overlap-save plan with T x T tiles."""
-    (Rq, Sq), (Ho, Wo) = phase_extent(p), p.out_hw
-    mh, mw = T - Rq + 1, T - Sq + 1
-    return TilePlan(*p.stride, Rq, Sq, T, T, mh, mw, -(-Ho // mh), -(-Wo // mw))
-
-
-def cheapest_tile_plan(p: ConvParams) -> TilePlan | None:
-    """The plan of least FLOPs over TILE_SIZES, or None if the kernel is larger than every tile."""
-    plans = [tile_plan(p, T) for T in TILE_SIZES if T >= max(phase_extent(p))]
-    return min(plans, key=lambda t: plan_flops(p, t), default=None)
+def cheapest_tile_plan(p: ConvParams, op: str = "forward") -> TilePlan | None:
+    """The plan of pass ``op`` of least FLOPs over TILE_SIZES, or None if the kernel is larger than every tile."""
+    plans = [tile_plan(p, T, op) for T in TILE_SIZES if T >= max(phase_extent(p))]
+    return min(plans, key=lambda t: plan_flops(p, t, op), default=None)
 
 
 class FFTTiled(FFT):
-    """Overlap-save FFT convolution over small fixed tiles (see the module docstring)."""
+    """Overlap-save FFT convolution over small fixed tiles, all three passes (see the module docstring)."""
 
     name = "fft_tiled"
 
-    def plan(self, p: ConvParams) -> TilePlan:
-        return cheapest_tile_plan(p)
+    def plan(self, p: ConvParams, op: str = "forward") -> TilePlan:
+        return cheapest_tile_plan(p, op)
 
     def constraints(self, p: ConvParams, op: str = "forward"):
-        if self.plan(p) is None:
+        if self.plan(p, op) is None:
             return unsupported(f"{self.name} tiles are at most {TILE_SIZES[-1]} pixels, but the kernel spans "
                                f"{max(phase_extent(p))} pixels per stride phase")
         return super().constraints(p, op)
 
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
-        return super().workspace_bytes(p, op) if self.plan(p) else 0
+        return super().workspace_bytes(p, op) if self.plan(p, op) else 0
 
     def flops(self, p: ConvParams, op: str = "forward") -> int:
-        return super().flops(p, op) if self.plan(p) else 0
+        return super().flops(p, op) if self.plan(p, op) else 0
 
 
 register(FFTTiled())
