@@ -93,7 +93,8 @@ class Winograd(Algorithm):
     filter_block = 1024
 
     def __init__(self, m: int, tolerances: dict[str, dict[str, float]], points=None):
-        """``tolerances``: pass -> dtype -> normwise error allowed; ``points``: the finite points of F(m, 3) and F(3, m)."""
+        """``tolerances``: pass -> dtype -> normwise error allowed; ``points``: the finite points of F(m, 3)
+        and of F(3, m) (default: ``cooktoom.default_points``)."""
         super().__init__()
         self.m, self.r = m, 3
         self.alpha = m + self.r - 1
