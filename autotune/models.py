@@ -9,7 +9,7 @@ Each builder takes ``num_classes``, ``seed`` (the initialisation is a pure funct
 for the module-level one). Convolutions get He-normal weights N(0, 2/fan_in), BatchNorm the identity
 statistics (weight 1, bias 0, mean 0, variance 1), Linear layers He-normal weights and zero bias. Every
 model is a ``Sequential`` of named children in execution order and carries ``input_shape`` (C, H, W), the
-size it was designed for.
+size it was designed for. Models start in eval mode (inference); ``model.train()`` before training steps.
 
 Architectures and names:
 
@@ -23,7 +23,7 @@ Architectures and names:
 - ``resnet18``: torchvision's exactly (``conv1``, ``bn1``, ``layer1.0.conv1``, ``layer2.0.downsample.0``,
   ``fc``), 3x224x224.
 - ``vgg16``: torchvision's ``vgg16`` (no BatchNorm): ``features.0`` ... ``features.28`` convs, 5 max pools,
-  ``avgpool`` to 7x7, ``classifier.0/3/6`` Linear layers (Dropout at 2 and 5 is the identity here).
+  ``avgpool`` to 7x7, ``classifier.0/3/6`` Linear layers, Dropout(0.5) at 2 and 5 (seeded masks in train mode).
 - ``mobilenet_v1``: Howard et al. 2017, 3x224x224, width 1. Naming (ours; it follows the common PyTorch
   port): ``features.0`` is Sequential(conv 3x3 s2 32, bn, relu) so ``features.0.0.weight``,
   ``features.0.1.*``; ``features.1`` to ``features.13`` are depthwise-separable blocks Sequential(depthwise
@@ -44,6 +44,7 @@ class _Builder:
 
     def __init__(self, seed, dtype, tuner):
         self.rng, self.dtype, self.tuner = np.random.default_rng(seed), np.dtype(dtype).name, tuner
+        self.seed, self.dropouts = seed, 0
 
     def conv(self, c, k, kernel, stride=1, padding=0, groups=1, bias=False):
         return nn.Conv2d(c, k, kernel, stride, padding, groups=groups, bias=bias, dtype=self.dtype,
@@ -54,6 +55,11 @@ class _Builder:
 
     def linear(self, i, o):
         return nn.Linear(i, o, dtype=self.dtype, rng=self.rng)
+
+    def dropout(self):
+        """A Dropout whose mask generator is seeded by (model seed, its index): distinct, reproducible."""
+        self.dropouts += 1
+        return nn.Dropout(seed=[self.seed, self.dropouts])
 
     def block(self, c, k, stride):
         return nn.BasicBlock(c, k, stride, dtype=self.dtype, rng=self.rng, tuner=self.tuner)
@@ -108,8 +114,8 @@ def vgg16(num_classes=1000, *, seed=0, dtype="float32", tuner=None) -> nn.Sequen
         else:
             features += [b.conv(c, v, 3, padding=1, bias=True), nn.ReLU()]
             c = v
-    classifier = nn.Sequential(b.linear(512 * 7 * 7, 4096), nn.ReLU(), nn.Dropout(),
-                               b.linear(4096, 4096), nn.ReLU(), nn.Dropout(), b.linear(4096, num_classes))
+    classifier = nn.Sequential(b.linear(512 * 7 * 7, 4096), nn.ReLU(), b.dropout(),
+                               b.linear(4096, 4096), nn.ReLU(), b.dropout(), b.linear(4096, num_classes))
     return _model(OrderedDict(features=nn.Sequential(*features), avgpool=nn.AdaptiveAvgPool2d(7),
                               flatten=nn.Flatten(), classifier=classifier), (3, 224, 224))
 

@@ -1,0 +1,73 @@
+"""``SGD``: stochastic gradient descent with torch's update rule, step for step.
+
+For each parameter p with gradient g (``torch.optim.SGD``, dampening 0):
+
+    g = g + weight_decay * p                                 (L2 weight decay, added to the gradient)
+    buf = g  on the first step,  else  buf = momentum * buf + g
+    g = g + momentum * buf  if nesterov  else  buf           (only when momentum != 0)
+    p = p - lr * g                                           (in place: the model's arrays are updated)
+
+Momentum buffers are kept by parameter name, so ``load_state_dict`` (which replaces the model's arrays) does
+not orphan them. Parameters without a gradient are skipped, as in torch.
+"""
+from __future__ import annotations
+
+import numbers
+from collections import OrderedDict
+
+import numpy as np
+
+
+def _number(name: str, value, *, minimum: float = 0.0) -> float:
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not value >= minimum:
+        raise ValueError(f"{name} must be a number >= {minimum}, got {value!r}")
+    return float(value)
+
+
+class SGD:
+    """``torch.optim.SGD(model.parameters(), lr, momentum, dampening, weight_decay, nesterov)`` over
+    ``model``'s named parameters and the gradients its ``backward`` accumulated (``model.grad_dict()``)."""
+
+    def __init__(self, model, lr, momentum=0.0, dampening=0.0, weight_decay=0.0, nesterov=False):
+        if not hasattr(model, "named_parameters") or not hasattr(model, "grad_dict"):
+            raise TypeError(f"model must be an autotune.nn.Module, got {type(model).__name__}")
+        self.model = model
+        self.lr = _number("lr", lr)
+        self.momentum = _number("momentum", momentum)
+        self.weight_decay = _number("weight_decay", weight_decay)
+        if _number("dampening", dampening) != 0:
+            raise ValueError(f"only dampening=0 is supported, got dampening={dampening!r}")
+        if not isinstance(nesterov, bool):
+            raise ValueError(f"nesterov must be True or False, got {nesterov!r}")
+        if nesterov and self.momentum == 0:
+            raise ValueError(f"nesterov momentum needs momentum > 0, got momentum={momentum!r}")
+        self.nesterov = nesterov
+        #: parameter name -> momentum buffer (made from the first gradient, as torch does)
+        self.momentum_buffers: "OrderedDict[str, np.ndarray]" = OrderedDict()
+
+    def step(self) -> None:
+        """Update every parameter that has a gradient, in place."""
+        grads = self.model.grad_dict()
+        for name, p in self.model.named_parameters():
+            g = grads.get(name)
+            if g is None:
+                continue
+            if self.weight_decay:
+                g = g + p * p.dtype.type(self.weight_decay)
+            if self.momentum:
+                buf = self.momentum_buffers.get(name)
+                if buf is None:
+                    buf = self.momentum_buffers[name] = np.array(g, copy=True)
+                else:
+                    buf *= buf.dtype.type(self.momentum)
+                    buf += g
+                g = g + buf * buf.dtype.type(self.momentum) if self.nesterov else buf
+            p -= g * p.dtype.type(self.lr)
+
+    def zero_grad(self) -> None:
+        """Drop the model's gradients (torch's ``set_to_none=True``)."""
+        self.model.zero_grad()
+
+    def __repr__(self) -> str:
+        return (f"SGD(lr={self.lr}, momentum={self.momentum}, weight_decay={self.weight_decay}, "
+                f"nesterov={self.nesterov})")
