@@ -26,6 +26,15 @@ class Key:
     threads: int = 1
     op: str = "forward"
 
+    def __hash__(self) -> int:
+        """Computed once: a table hit hashes its key on every call."""
+        try:
+            return self.__dict__["_hash"]
+        except KeyError:
+            h = hash((self.params, self.layout, self.device, self.deterministic, self.threads, self.op))
+            object.__setattr__(self, "_hash", h)
+            return h
+
     def to_dict(self) -> dict:
         return {"params": asdict(self.params), "layout": self.layout, "device": self.device,
                 "deterministic": self.deterministic, "threads": self.threads, "op": self.op}
@@ -113,7 +122,7 @@ class Entry:
             lines.append(f"  times: medians of interleaved runs, {output}")
             lines.append(f"    {'algorithm':<15}{'median ms':>11}{'runs':>6}{'spikes':>7}{'first call ms':>15}"
                          f"{'error':>10}{'workspace MiB':>15}")
-            for name in self.times:
+            for name in sorted(self.times, key=self.times.get):
                 mark = " *" if name == self.algo else (" =" if name in self.tied else "")
                 lines.append(f"    {name + mark:<15}{self.times[name] * 1e3:>11.3f}{self.runs.get(name, 0):>6}"
                              f"{self.spikes.get(name, 0):>7}{self.warmup.get(name, 0) * 1e3:>15.1f}"

@@ -55,6 +55,17 @@ def _signature(a) -> tuple:
     return type(a), a.shape, a.strides, a.dtype
 
 
+_PLAIN = (np.ndarray, type(None))
+
+
+def _arrays(*values):
+    """``convalgos.backend.to_arrays``, short-cut when no value needs converting (NumPy arrays and None)."""
+    for v in values:
+        if type(v) not in _PLAIN:
+            return to_arrays(*values)
+    return values, False
+
+
 class Tuner:
     """A dispatch table with its flags (``FLAG_CHECKS``) and the race's settings (``tuning.py``).
 
@@ -113,7 +124,7 @@ class Tuner:
     # ---- the public calls: convalgos' signatures, the algorithm chosen through the table -------------------
     def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=None):
         """``convalgos.conv2d`` (torch tensors in, torch tensors out), the algorithm chosen per key."""
-        (x, weight, bias, out), back = to_arrays(x, weight, bias, out)
+        (x, weight, bias, out), back = _arrays(x, weight, bias, out)
         found = self._found("forward", None, x, weight, bias, stride, padding, dilation, groups, lambda: (
             ConvParams.from_arrays(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
                                    groups=groups)))
@@ -122,7 +133,7 @@ class Tuner:
     def conv2d_input(self, input_shape, weight, grad_output, stride=1, padding=0, dilation=1, groups=1, *,
                      out=None):
         """``convalgos.conv2d_input``: the input's gradient, the algorithm chosen per key (op "backward_data")."""
-        (weight, grad_output, out), back = to_arrays(weight, grad_output, out)
+        (weight, grad_output, out), back = _arrays(weight, grad_output, out)
         found = self._found("backward_data", input_shape, grad_output, weight, None, stride, padding, dilation,
                             groups, lambda: grad_params(input_shape, weight.shape, grad_output, stride, padding,
                                                         dilation, groups, "weight", weight))
@@ -132,7 +143,7 @@ class Tuner:
                       out=None):
         """``convalgos.conv2d_weight``: the weight's gradient, the algorithm chosen per key (op
         "backward_filter")."""
-        (input, grad_output, out), back = to_arrays(input, grad_output, out)
+        (input, grad_output, out), back = _arrays(input, grad_output, out)
         found = self._found("backward_filter", weight_shape, input, grad_output, None, stride, padding, dilation,
                             groups, lambda: grad_params(input.shape, weight_shape, grad_output, stride, padding,
                                                         dilation, groups, "input", input))
@@ -172,7 +183,7 @@ class Tuner:
 
     # ---- one call ----------------------------------------------------------------------------------------
     def _found(self, op, spec, a, b, bias, stride, padding, dilation, groups, validate) -> tuple:
-        """(device, layer, key) of a call: from the memo, else validated and remembered."""
+        """(device, layer, key, result shape) of a call: from the memo, else validated and remembered."""
         try:
             memo = (op, spec, _signature(a), _signature(b), None if bias is None else _signature(bias), stride,
                     padding, dilation, groups, self.deterministic)
@@ -182,14 +193,14 @@ class Tuner:
         if found is None:
             p = validate()
             device = device_of(a, self.devices)
-            found = device, p, Key(p, device.layout(a), device.name, self.deterministic, device.threads(), op)
+            key = Key(p, device.layout(a), device.name, self.deterministic, device.threads(), op)
+            found = device, p, key, p.result_shape(op)
             if memo is not None:
                 self._memo[memo] = found
         return found
 
     def _dispatch(self, found, a, b, out, bias):
-        device, p, key = found
-        shape = p.result_shape(key.op)
+        device, p, key, shape = found
         if out is not None and (tuple(out.shape) != shape or out.dtype != a.dtype):
             raise ValueError(f"out must be a {a.dtype} array of shape {shape}, got {out.dtype} of shape "
                              f"{tuple(out.shape)}")

@@ -198,8 +198,9 @@ class Race:
         fastest = min(counted)
         if name != leader and len(counted) >= 2 and best > 0:
             if fastest >= self.s.abandon_ratio * best:
-                self.abandoned[name] = (f"its fastest of {len(counted)} runs was {fastest / best:.1f}x the best "
-                                        f"median (abandon_ratio={self.s.abandon_ratio})")
+                self.abandoned[name] = (f"its fastest run was {fastest / best:.1f}x the best median, over "
+                                        f"{len(counted)} runs that were not spikes (warm-up included) "
+                                        f"(abandon_ratio={self.s.abandon_ratio})")
                 return False
             if fastest > self.s.settle_ratio * best:
                 return False            # it cannot tie the best: its median needs no more precision
