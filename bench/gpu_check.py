@@ -9,10 +9,11 @@
    ``convalgos.reference`` within the algorithm's tolerance. A failure or exception is reported, never fatal.
 2. Timings (GPU only): every supported algorithm on the distinct conv layers of ResNet-18 (batch 32) and VGG-16
    (batch 16) at 224x224, fp32, against torch's conv2d with cuDNN benchmark on and off, TF32 off everywhere.
-   Each time is the mean over repeats between two CUDA events recorded after a synchronise. "best" is the
-   fastest convalgos algorithm per layer (what a perfect autotuner picks); "autotune" is a fresh benchmark-mode
-   ``autotune.Tuner`` over the GPU algorithms, timed after it tuned the layer. Out-of-memory and other errors
-   skip that candidate, with the reason.
+   All of a layer's candidates are timed in interleaved rounds (``autotune.measure.interleaved``, the one way
+   this project measures), each run between two CUDA events after a synchronise (``autotune.devices``'
+   timer); a time is the median of its runs. "best" is the fastest convalgos algorithm per layer (what a
+   perfect autotuner picks); "autotune" is a fresh benchmark-mode ``autotune.Tuner``, timed after it tuned the
+   layer. A candidate that fails (out of memory or otherwise) is skipped, with the reason.
 A time budget (TIME_BUDGET_S) keeps the whole run within 6 minutes; what it cut is listed.
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ os.environ.setdefault("NUMBA_CUDA_ARRAY_INTERFACE_SYNC", "0")
 
 import argparse  # noqa: E402
 import datetime  # noqa: E402
+import functools  # noqa: E402
 import platform  # noqa: E402
 import time  # noqa: E402
 import traceback  # noqa: E402
@@ -42,11 +44,12 @@ import convalgos  # noqa: E402
 from convalgos import ConvParams, reference  # noqa: E402
 from convalgos import cuda as gpu  # noqa: E402
 from convalgos.backend import simulator_enabled  # noqa: E402
+from autotune.measure import interleaved, median  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
 TIME_BUDGET_S = 300
-#: each timed candidate repeats until about this many seconds (at least once, at most MAX_REPEATS).
-TARGET_SECONDS, MAX_REPEATS = 0.05, 20
+#: interleaved rounds per layer (more while they last under MIN_SECONDS), on a GPU and in the simulator.
+ROUNDS, MIN_SECONDS, SIM_ROUNDS = 7, 0.2, 1
 
 
 def shapes(N, C, H, K, R, stride=1, padding=None, dilation=1, groups=1, W=None):
@@ -95,17 +98,22 @@ TIMING_LAYERS = {  # distinct conv layers, 224x224 input
 
 
 class Device:
-    """The array module and the clock: CuPy and CUDA events on a GPU, NumPy and wall time in the simulator."""
+    """The array module, the tuner's device and its timer: CuPy and CUDA events on a GPU, NumPy and wall time
+    in the simulator."""
 
     def __init__(self):
+        from autotune.devices import GpuDevice, SimulatedGpuDevice
         if simulator_enabled():
-            self.xp, self.name = np, "Numba CUDA simulator"
+            self.xp, self.name, self.tuner_device = np, "Numba CUDA simulator", SimulatedGpuDevice()
+            self.rounds, self.min_seconds = SIM_ROUNDS, 0.0
         else:
             import cupy
-            self.xp = cupy
+            self.xp, self.tuner_device = cupy, GpuDevice()
             props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
             name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
             self.name = f"{name} (compute capability {props['major']}.{props['minor']})"
+            self.rounds, self.min_seconds = ROUNDS, MIN_SECONDS
+        self.timer = self.tuner_device.timer
 
     def asarray(self, a):
         return self.xp.asarray(a)
@@ -118,28 +126,22 @@ class Device:
         if self.xp is not np:
             self.xp.get_default_memory_pool().free_all_blocks()
 
-    def time(self, fn) -> float:
-        """Mean seconds per call of fn, between CUDA events after a synchronise (one warm-up call first)."""
-        fn()
-        if self.xp is np:
-            t0 = time.perf_counter()
+
+class CandidateFailed(Exception):
+    """A timed candidate raised: its name and the error, so the others can be timed without it."""
+
+    def __init__(self, name: str, error: BaseException):
+        super().__init__(name)
+        self.name, self.error = name, error
+
+
+def failing_as(name: str, fn):
+    def call():
+        try:
             fn()
-            return time.perf_counter() - t0
-        cp = self.xp
-        cp.cuda.Device().synchronize()
-        start, end = cp.cuda.Event(), cp.cuda.Event()
-        start.record()
-        fn()
-        end.record()
-        end.synchronize()
-        once = cp.cuda.get_elapsed_time(start, end) / 1e3
-        repeats = int(max(1, min(MAX_REPEATS, TARGET_SECONDS / max(once, 1e-6))))
-        start.record()
-        for _ in range(repeats):
-            fn()
-        end.record()
-        end.synchronize()
-        return cp.cuda.get_elapsed_time(start, end) / 1e3 / repeats
+        except Exception as e:
+            raise CandidateFailed(name, e) from e
+    return call
 
 
 def short_error(e: BaseException) -> str:
@@ -158,7 +160,8 @@ def check_correctness(dev: Device, grid: dict) -> list[dict]:
             p = ConvParams.from_arrays(x, w, b, **s["kw"])
             dx, dw, db = dev.asarray(x), dev.asarray(w), dev.asarray(b)
             for name, algorithm in gpu.ALGORITHMS.items():
-                row = dict(layer=layer, dtype=dtype, algo=name, tol=algorithm.tolerance[dtype], error=None)
+                row = dict(layer=layer, dtype=dtype, algo=name, tol=algorithm.tolerance_of("forward", dtype),
+                           error=None)
                 support = algorithm.supports(p)
                 if not support:
                     rows.append(dict(row, status="unsupported", note=support.reason))
@@ -175,8 +178,9 @@ def check_correctness(dev: Device, grid: dict) -> list[dict]:
     return rows
 
 
-def torch_timer(dev: Device, s: dict, benchmark: bool):
-    """A callable timing torch's conv2d on the layer with cuDNN benchmark on/off, TF32 off; None without torch."""
+def torch_call(s: dict, benchmark: bool):
+    """A callable running torch's conv2d on the layer with cuDNN benchmark on/off, TF32 off; None without a
+    CUDA torch. It sets the benchmark flag itself, so the two can be interleaved."""
     try:
         import torch
         if not torch.cuda.is_available():
@@ -185,21 +189,59 @@ def torch_timer(dev: Device, s: dict, benchmark: bool):
         return None
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
-    torch.backends.cudnn.benchmark = benchmark
     x = torch.randn(s["x"], device="cuda")
     w = torch.randn(s["w"], device="cuda")
     kw = dict(s["kw"])
-    return lambda: torch.nn.functional.conv2d(x, w, **kw)
+
+    def call():
+        torch.backends.cudnn.benchmark = benchmark
+        torch.nn.functional.conv2d(x, w, **kw)
+    return call
 
 
-def autotune_time(dev: Device, x, w, kw: dict, out) -> tuple[float, str]:
-    """(ms per call, pick) of a fresh benchmark-mode Tuner over the GPU algorithms, after it tuned."""
+def candidates(dev: Device, s: dict, x, w, out, row: dict) -> dict:
+    """name -> callable for every candidate of the layer that ran once (its warm-up); the others' reasons go
+    to row["notes"]. The autotune candidate's first call tunes the layer; its pick goes to row["pick"]."""
     from autotune import Tuner
-    t = Tuner(gpu.ALGORITHMS, benchmark=True)
-    t.conv2d(x, w, **kw, out=out)
-    (entry,) = list(t.dispatch_table())
-    dev.free()
-    return 1e3 * dev.time(lambda: t.conv2d(x, w, **kw, out=out)), entry.algo
+    p = ConvParams.from_arrays(x, w, **s["kw"])
+    calls = {}
+    for name, algorithm in gpu.ALGORITHMS.items():
+        support = algorithm.supports(p)
+        if not support:
+            row["notes"][name] = support.reason
+            continue
+        calls[name] = functools.partial(gpu.conv2d, x, w, **s["kw"], algo=name, out=out)
+    tuner = Tuner(devices=[dev.tuner_device], benchmark=True)
+    calls["autotune"] = functools.partial(tuner.conv2d, x, w, **s["kw"], out=out)
+    for label, bench_on in (("cudnn", False), ("cudnn.benchmark", True)):
+        fn = torch_call(s, bench_on)
+        if fn is not None:
+            calls[label] = fn
+    ready = {}
+    for name, fn in calls.items():
+        try:
+            fn()
+            ready[name] = failing_as(name, fn)
+        except Exception as e:  # OOM or a kernel failure: skip this candidate, with the reason
+            row["notes"][name] = short_error(e)
+            dev.free()
+    if "autotune" in ready:
+        row["pick"] = list(tuner.dispatch_table())[0].algo
+    return ready
+
+
+def time_interleaved(dev: Device, calls: dict, row: dict) -> dict:
+    """name -> median seconds over interleaved rounds; a candidate failing mid-way is dropped with its reason
+    and the rest timed again."""
+    while calls:
+        try:
+            samples = interleaved(calls, dev.rounds, timer=dev.timer, warmup=0, min_seconds=dev.min_seconds)
+            return {name: median(runs) for name, runs in samples.items()}
+        except CandidateFailed as failed:
+            row["notes"][failed.name] = short_error(failed.error)
+            del calls[failed.name]
+            dev.free()
+    return {}
 
 
 def time_layers(dev: Device, layers: dict, deadline: float) -> tuple[list[dict], list[str]]:
@@ -212,36 +254,14 @@ def time_layers(dev: Device, layers: dict, deadline: float) -> tuple[list[dict],
         x = dev.asarray(rng.standard_normal(s["x"]).astype(np.float32))
         w = dev.asarray(rng.standard_normal(s["w"]).astype(np.float32))
         p = ConvParams.from_arrays(x, w, **s["kw"])
-        row = dict(layer=layer, gflop=p.flops / 1e9, ms={}, notes={}, pick=None)
+        row = dict(layer=layer, gflop=p.flops / 1e9, notes={}, pick=None)
         out = dev.xp.empty(p.out_shape, np.float32)
-        for name, algorithm in gpu.ALGORITHMS.items():
-            support = algorithm.supports(p)
-            if not support:
-                row["notes"][name] = support.reason
-                continue
-            if time.perf_counter() > deadline:
-                row["notes"][name] = "time budget"
-                continue
-            try:
-                row["ms"][name] = 1e3 * dev.time(lambda: gpu.conv2d(x, w, **s["kw"], algo=name, out=out))
-            except Exception as e:  # OOM or a kernel failure: skip this candidate, with the reason
-                row["notes"][name] = short_error(e)
-            dev.free()
-        try:
-            row["ms"]["autotune"], row["pick"] = autotune_time(dev, x, w, s["kw"], out)
-        except Exception as e:
-            row["notes"]["autotune"] = short_error(e)
-        for label, bench_on in (("cudnn", False), ("cudnn.benchmark", True)):
-            try:
-                fn = torch_timer(dev, s, bench_on)
-                if fn is not None:
-                    row["ms"][label] = 1e3 * dev.time(fn)
-            except Exception as e:
-                row["notes"][label] = short_error(e)
+        seconds = time_interleaved(dev, candidates(dev, s, x, w, out, row), row)
+        row["ms"] = {name: 1e3 * t for name, t in seconds.items()}
         ours = {k: v for k, v in row["ms"].items() if k in gpu.ALGORITHMS}
         row["best"] = min(ours, key=ours.get) if ours else None
         rows.append(row)
-        del x, w
+        del x, w, out
         dev.free()
     return rows, cut
 
@@ -270,10 +290,19 @@ def timing_table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def unsupported_list(rows: list[dict]) -> str:
+    """Each refusal of the correctness grid, with the algorithm's reason (once per layer)."""
+    reasons = {(r["algo"], r["layer"]): r["note"] for r in rows if r["status"] == "unsupported"}
+    return "\n".join(f"- {algo} on {layer}: {note}" for (algo, layer), note in reasons.items())
+
+
 def summary(check: list[dict], timing: list[dict]) -> list[str]:
     bad = [r for r in check if r["status"] in ("FAIL", "ERROR")]
     runs = [r for r in check if r["status"] != "unsupported"]
-    lines = [f"correctness: {len(runs) - len(bad)}/{len(runs)} runs within tolerance"]
+    cases = len({(r["layer"], r["dtype"]) for r in check})
+    lines = [f"correctness: {len(runs) - len(bad)}/{len(runs)} runs within tolerance, "
+             f"{len(check) - len(runs)} unsupported, of {cases} layer-dtype cases x {len(gpu.ALGORITHMS)} "
+             f"algorithms"]
     for r in bad:
         error = "" if r["error"] is None else f" error {r['error']:.2e} > {r['tol']:.0e}"
         lines.append(f"  {r['status']}: {r['algo']} on {r['layer']} {r['dtype']}{error} {r['note']}")
@@ -296,8 +325,12 @@ def report(dev: Device, check, timing, cut, seconds: float) -> str:
              f"Python {platform.python_version()}. Date: {today}. Run time {seconds:.0f} s. TF32 off.\n",
              "## Correctness (normwise error vs the float64 reference; '-' unsupported)\n",
              correctness_table(check)]
+    if any(r["status"] == "unsupported" for r in check):
+        parts += ["\nUnsupported ('-' above), with each algorithm's reason:\n", unsupported_list(check)]
     if timing:
-        parts += ["\n## Times (ms, fp32; mean over repeats between CUDA events)\n", timing_table(timing)]
+        clock = "wall clock (simulator)" if dev.xp is np else "between CUDA events"
+        parts += [f"\n## Times (ms, fp32; median of interleaved rounds, each run timed {clock})\n",
+                  timing_table(timing)]
     if cut:
         parts.append(f"\nCut by the time budget: {', '.join(cut)}")
     parts += ["\n## Summary\n", "\n".join(f"- {line}" for line in summary(check, timing))]
