@@ -20,14 +20,16 @@ multiply-add 8, a complex add 2.
 - forward and backward_data: the transforms of Cs*P input (or dx) tiles and K*P output (or dy) tiles; the
   kernel's pruned DFT by GEMMs, 4*Fw*Sq*Rq + 8*Th*Rq*Fw per (k, phase channel) (Fw = Tw//2 + 1); the channel
   GEMM 8*F*K*Csg*P. The two passes do the same work; only the number of tiles P differs.
-- backward_filter: the transforms of Cs*P x tiles and K*P dy tiles, one inverse transform of the K*Csg lag
-  planes, the GEMM over tiles 8*F*K*Csg*P, and 2*F*K*Csg per batch chunk after the first (the accumulation).
+- backward_filter: the transforms of Cs*P x tiles and K*P dy tiles, the GEMM over tiles 8*F*K*Csg*P, 2*F*K*Csg
+  per batch chunk after the first (the accumulation), and the inverse DFT pruned to the Rq x Sq lags,
+  8*Rq*Fw*(Th + Sq) per (k, phase channel) (two complex GEMMs: Rq x Th over row bins, Sq x Fw over columns).
 
 Workspace (``plan_workspace_bytes``): the sum of every array a pass makes for one batch chunk (the live peak is
 a little lower), named in ``plan_sizes``. forward and backward_data both make the kernel's taps, its row DFT,
 its planar and interleaved spectra, and the real tiles, spectra, product and inverse of Cs*P and K*P tiles (in
 swapped roles); backward_filter makes the tiles and spectra of x and dy, the accumulated spectrum (and a
-product buffer when the batch has several chunks), the inverse lag planes and the picked weight gradient.
+product buffer when the batch has several chunks), the lag rows (Rq x Fw) and lags (Rq x Sq) of the pruned
+inverse, and the picked weight gradient.
 """
 from __future__ import annotations
 
@@ -113,7 +115,8 @@ def plan_sizes(p: ConvParams, t: TilePlan, op: str = "forward", chunks: int = 1)
                  y_tiles_real=t.Th * t.Tw * p.K * P, y_spectrum_complex=F * p.K * P)
     if op == "backward_filter":
         return dict(tiles, dw_spectrum_complex=F * p.K * Csg, dw_product_complex=F * p.K * Csg * (chunks > 1),
-                    lags_real=t.Th * t.Tw * p.K * Csg, dw_picked_real=p.K * p.Cg * p.R * p.S)
+                    lag_rows_complex=t.Rq * Fw * p.K * Csg, lags_complex=t.Rq * t.Sq * p.K * Csg,
+                    dw_picked_real=p.K * p.Cg * p.R * p.S)
     kernel = dict(kernel_taps_real=2 * t.Rq * t.Sq * p.K * Csg, kernel_rows_complex=t.Rq * Fw * p.K * Csg,
                   kernel_planar_complex=F * p.K * Csg, kernel_complex=F * p.K * Csg)
     return dict(kernel, **tiles)
@@ -132,5 +135,6 @@ def plan_flops(p: ConvParams, t: TilePlan, op: str = "forward", chunks: int = 1)
     Cs, Csg, P, F, Fw = p.C * t.sh * t.sw, p.Cg * t.sh * t.sw, p.N * t.nth * t.ntw, t.freqs, t.Tw // 2 + 1
     tiles_and_gemm = (Cs * P + p.K * P) * fft + 8 * F * p.K * Csg * P
     if op == "backward_filter":
-        return int(tiles_and_gemm + p.K * Csg * fft + 2 * F * p.K * Csg * (chunks - 1))
+        lags_dft = 8 * t.Rq * Fw * p.K * Csg * (t.Th + t.Sq)
+        return int(tiles_and_gemm + lags_dft + 2 * F * p.K * Csg * (chunks - 1))
     return int(tiles_and_gemm + p.K * Csg * (4 * Fw * t.Sq * t.Rq + 8 * t.Th * t.Rq * Fw))

@@ -228,8 +228,10 @@ def test_flop_formulas_by_hand_on_one_tile():
     fft36, gemm = 2.5 * 36 * np.log2(36), 8 * (6 * 4) * 3 * 2 * 1        # F = 6*4 bins, K=3 x C=2, one tile
     kernel_dft = 3 * 2 * (4 * 4 * 3 * 3 + 8 * 6 * 3 * 4)                 # Fw = 4 bins, 3x3 taps
     assert FFT.flops(q) == FFT.flops(q, "backward_data") == int((2 + 3) * fft36 + gemm + kernel_dft)
-    # backward_filter: no kernel DFT, but one inverse transform of the K*C = 6 lag planes
-    assert FFT.flops(q, "backward_filter") == int((2 + 3) * fft36 + gemm + 6 * fft36)
+    # backward_filter: no kernel DFT, but the inverse DFT at the 3x3 lags of the K*C = 6 planes: 3 x 6 over
+    # the row bins of each of the 4 column bins, then 3 x 4 over the column bins of each of the 3 lag rows
+    lags_dft = 6 * 8 * (3 * 6 * 4 + 3 * 3 * 4)
+    assert FFT.flops(q, "backward_filter") == int((2 + 3) * fft36 + gemm + lags_dft)
 
 
 @pytest.mark.parametrize("op", PASSES)
