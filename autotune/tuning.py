@@ -151,14 +151,19 @@ class Race:
         self.s, self.calls, self.warmup, self.timer = settings, calls, warmup, timer
         self.device, self.registry = device, registry
         self.samples = {name: [] for name in calls}
-        self.abandoned, self.failed, self.spent = {}, {}, 0.0
+        self.abandoned, self.failed, self.spent, self.retimed = {}, {}, 0.0, set()
 
     def run(self) -> None:
         self._rounds(list(self.calls))
-        runner = self._runner_up()
-        if runner is not None:
+        for _ in range(3):          # re-time a leader on few runs, and a runner-up dropped on few runs
+            if not self.samples:
+                return
+            leader, runner = self.leader(), self._runner_up()
+            if runner is None and len(self.samples[leader]) >= self.s.min_runs:
+                return
             self.abandoned.pop(runner, None)
-            self._rounds([self.leader(), runner])
+            self.retimed.add(runner)
+            self._rounds([leader] + ([runner] if runner else []))
 
     def leader(self) -> str:
         return min(self.samples, key=lambda n: median(self.samples[n]))
@@ -195,14 +200,14 @@ class Race:
     def _continues(self, name: str, leader: str, best: float, over: bool) -> bool:
         runs = self.samples[name]
         counted = evidence(runs, self.warmup[name], self.s.spike_ratio)
-        fastest = min(counted)
-        if name != leader and len(counted) >= 2 and best > 0:
-            if fastest >= self.s.abandon_ratio * best:
-                self.abandoned[name] = (f"its fastest run was {fastest / best:.1f}x the best median, over "
-                                        f"{len(counted)} runs that were not spikes (warm-up included) "
-                                        f"(abandon_ratio={self.s.abandon_ratio})")
+        fastest, every = min(counted), runs + [self.warmup[name]]    # fastest: the fastest of every run
+        if name != leader and best > 0:
+            # two runs that are not spikes, or three runs of any kind, all that slow
+            if (len(counted) >= 2 or len(every) >= 3) and fastest >= self.s.abandon_ratio * best:
+                self.abandoned[name] = (f"all {len(every)} of its runs (warm-up included) took at least "
+                                        f"{fastest / best:.1f}x the best median (abandon_ratio={self.s.abandon_ratio})")
                 return False
-            if fastest > self.s.settle_ratio * best:
+            if len(counted) >= 2 and fastest > self.s.settle_ratio * best:
                 return False            # it cannot tie the best: its median needs no more precision
         if len(runs) >= self.s.max_runs:
             return False
@@ -213,7 +218,8 @@ class Race:
         if len(self.samples) < 2:
             return None
         leader = self.leader()
-        early = [n for n, s in self.samples.items() if n != leader and len(s) < self.s.min_runs]
+        early = [n for n, s in self.samples.items()
+                 if n != leader and len(s) < self.s.min_runs and n not in self.retimed]
         if not early:
             return None
         runner = min(early, key=lambda n: min(self.samples[n]))

@@ -190,6 +190,13 @@ def test_runner_up_dropped_on_few_runs_is_retimed_beside_the_leader():
     assert entry.algo == "b" and entry.runs["b"] >= 3
 
 
+def test_a_winner_left_with_few_runs_is_retimed():
+    clock = FakeClock()
+    # b leads after one round, so a stops early; then b slows down and a, timed once, has the best median
+    entry = tuned(clock, fakes(clock, a=1e-3, b=[0.9e-3, 0.9e-3, 1.3e-3]))
+    assert entry.algo == "a" and entry.runs["a"] >= 3
+
+
 def test_clearly_slower_candidate_stops_early_the_best_refines():
     clock = FakeClock()
     entry = tuned(clock, fakes(clock, best=[1e-3, 1e-3, 1.1e-3, 0.9e-3], second=1.5e-3))   # best's runs are noisy
