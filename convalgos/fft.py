@@ -74,7 +74,7 @@ import numpy as np
 import scipy.fft
 from numba import njit, prange
 
-from .fft_backward import gather_flipped_tiles, lags_of, pick_lags, read_mask, scatter_phases
+from .fft_backward import gather_flipped_tiles, lags_of, phase_map, pick_lags, scatter_phases
 from .fft_plan import TilePlan, plan_flops, plan_workspace_bytes, whole_image_plan
 from .params import ConvParams
 from .registry import GiB, SUPPORTED, Algorithm, register, unsupported, workspace_cap
@@ -226,19 +226,18 @@ class FFT(Algorithm):
         t, chunk = self.plan(p, op), self.batch_chunk(p, op)
         kernel = kernel_spectrum(w, p, t, self.workspace, conjugate=True).swapaxes(-1, -2)   # (F, G, Csg, Kg)
         (Hp, Wp), (Ho, Wo), (sh, sw), (dh, dw) = p.padded_hw, p.out_hw, p.stride, p.dilation
-        rows_read, cols_read = read_mask(Hp, Ho, sh, p.R, dh), read_mask(Wp, Wo, sw, p.S, dw)
+        (top, _), (left, _) = p.padding
+        rows = phase_map(p.H, top, Hp, Ho, sh, p.R, dh, t.mh)
+        cols = phase_map(p.W, left, Wp, Wo, sw, p.S, dw, t.mw)
         for n in range(0, p.N, chunk):
-            self.backward_data_chunk(dy[n:n + chunk], kernel, p.with_batch(chunk), t, rows_read, cols_read,
-                                     out[n:n + chunk])
+            self.backward_data_chunk(dy[n:n + chunk], kernel, p.with_batch(chunk), t, rows, cols, out[n:n + chunk])
 
-    def backward_data_chunk(self, dy, kernel, p, t, rows_read, cols_read, out):
+    def backward_data_chunk(self, dy, kernel, p, t, rows, cols, out):
         """dx of the images of dy (a chunk): dy's tiles shifted by the kernel extent, times conj(Wf), scattered."""
         spectrum = self.output_spectrum(dy, p, t, flipped=False)
         product = self.workspace.get("fft.dx_product", kernel.shape[:3] + spectrum.shape[-1:], spectrum.dtype)
         np.matmul(kernel, spectrum, out=product)
-        (top, _), (left, _) = p.padding
-        scatter_phases(self.inverse(product, t), top, left, t.sh, t.sw, t.mh, t.mw, t.nth, t.ntw, rows_read,
-                       cols_read, out)
+        scatter_phases(self.inverse(product, t), t.sh, t.sw, t.nth, t.ntw, rows, cols, out)
 
     # ---- backward_filter -----------------------------------------------------------------------------------
     def backward_filter(self, x, dy, p, out):

@@ -2,7 +2,8 @@
 
 - ``gather_flipped_tiles``: dy's tiles, each reversed in place, the "kernel" of backward_filter (reversing a
   real signal conjugates its spectrum, up to the shift that ``pick_lags`` undoes).
-- ``scatter_phases``: backward_data's phase-image tiles back into dx, zero at every pixel no output reads.
+- ``scatter_phases``: backward_data's phase-image tiles back into dx, zero at every pixel no output reads, by
+  the index maps of ``phase_map`` (computed once per call: no division in the loop).
 - ``lags_of``: backward_filter's inverse DFT, evaluated only at the Rq x Sq lags (a pruned inverse by two
   complex GEMMs); ``pick_lags``: the R x S taps of each phase channel out of them.
 """
@@ -36,30 +37,33 @@ def gather_flipped_tiles(dy, mh, mw, nth, ntw, tiles):
 
 
 @njit(parallel=True, cache=True)
-def scatter_phases(out_tiles, top, left, sh, sw, mh, mw, nth, ntw, rows_read, cols_read, dx):
-    """dx[n, c, h, w] = phase pixel (m, l) of phase channel (c, ph, pw) where h + top = m*sh + ph and
-    w + left = l*sw + pw, read from its tile out_tiles[m % mh, l % mw, (c, ph, pw), (n, m // mh, l // mw)];
-    0 where no output reads padded row h + top (``rows_read``) or column w + left (``cols_read``)."""
+def scatter_phases(out_tiles, sh, sw, nth, ntw, rows, cols, dx):
+    """dx[n, c, h, w] = out_tiles[a, b, (c, ph, pw), (n, i, j)] with (i, a, ph) = rows[:, h] and (j, b, pw) =
+    cols[:, w] (``phase_map``), or 0 where rows[0, h] or cols[0, w] is -1 (no output reads that pixel)."""
     N, C, H, W = dx.shape
     for c in prange(C):
         for n in range(N):
             for h in range(H):
-                m, ph = (h + top) // sh, (h + top) % sh
+                i, a, ph = rows[0, h], rows[1, h], rows[2, h]
                 for w in range(W):
-                    l, pw = (w + left) // sw, (w + left) % sw
-                    if rows_read[h + top] and cols_read[w + left]:
-                        tile = (n * nth + m // mh) * ntw + l // mw
-                        dx[n, c, h, w] = out_tiles[m % mh, l % mw, (c * sh + ph) * sw + pw, tile]
-                    else:
+                    j, b, pw = cols[0, w], cols[1, w], cols[2, w]
+                    if i < 0 or j < 0:
                         dx[n, c, h, w] = 0
+                    else:
+                        dx[n, c, h, w] = out_tiles[a, b, (c * sh + ph) * sw + pw, (n * nth + i) * ntw + j]
     return dx
 
 
-def read_mask(padded: int, outputs: int, stride: int, taps: int, dilation: int) -> np.ndarray:
-    """Which of the ``padded`` input rows (or columns) some output reads: i*stride + r*dilation, i < outputs."""
-    mask = np.zeros(padded, np.bool_)
-    mask[(np.arange(outputs)[:, None] * stride + np.arange(taps)[None, :] * dilation).ravel()] = True
-    return mask
+def phase_map(size: int, pad: int, padded: int, outputs: int, stride: int, taps: int, dilation: int,
+              per_tile: int) -> np.ndarray:
+    """(3, size) ints: for each input row h (or column), the tile, position in the tile and phase of its phase
+    pixel m = (h + pad) // stride, phase (h + pad) % stride; tile -1 where no output reads padded row h + pad
+    (reads are i*stride + r*dilation for i < outputs, r < taps)."""
+    read = np.zeros(padded, np.bool_)
+    read[(np.arange(outputs)[:, None] * stride + np.arange(taps)[None, :] * dilation).ravel()] = True
+    q = np.arange(size) + pad
+    m = q // stride
+    return np.stack([np.where(read[q], m // per_tile, -1), m % per_tile, q % stride])
 
 
 @lru_cache(maxsize=64)
