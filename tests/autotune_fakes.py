@@ -8,10 +8,16 @@ from __future__ import annotations
 import threading
 import time
 
+import numpy as np
+
 from convalgos import PASSES, Algorithm, reference
 from convalgos.registry import SUPPORTED, unsupported
 
+from autotune import Tuner
+from autotune.heuristics import Heuristics
 from autotune.measure import Timer
+
+NO_RULES = Heuristics({"rules": []})
 
 
 class FakeClock:
@@ -92,3 +98,23 @@ def fakes(clock, **specs) -> dict:
 
 def fake_timer(clock) -> Timer:
     return Timer(clock)
+
+
+def arrays(N=2, C=3, H=7, K=4, R=3, seed=0):
+    """A seeded float32 input and weight."""
+    rng = np.random.default_rng(seed)
+    return (rng.standard_normal((N, C, H, H)).astype(np.float32),
+            rng.standard_normal((K, C, R, R)).astype(np.float32))
+
+
+def tuner(clock, algos, **kw):
+    """A benchmark-mode Tuner over ``algos``, timed by the fake clock, with no heuristic rules by default."""
+    return Tuner(algos, benchmark=True, timer=fake_timer(clock), heuristics=kw.pop("heuristics", NO_RULES), **kw)
+
+
+def tuned(clock, algos, **kw):
+    """The entry a fresh benchmark-mode Tuner makes for ``arrays()``."""
+    t = tuner(clock, algos, **kw)
+    t.conv2d(*arrays())
+    (entry,) = t.dispatch_table()
+    return entry

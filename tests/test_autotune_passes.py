@@ -6,10 +6,8 @@ import pytest
 import autotune
 from autotune import Tuner
 from autotune.heuristics import Heuristics
-from autotune_fakes import FakeClock, fake_timer, fakes
+from autotune_fakes import NO_RULES, FakeClock, fake_timer, fakes
 from convalgos import PASSES, reference
-
-NO_RULES = Heuristics({"rules": []})
 
 
 def layer(N=2, C=3, H=7, K=4, R=3, seed=0):

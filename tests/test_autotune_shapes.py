@@ -7,11 +7,8 @@ import numpy as np
 import pytest
 
 from autotune import Tuner
-from autotune.heuristics import Heuristics
 from autotune.shapes import RetuningWarning, layer_of
-from autotune_fakes import FakeClock, fake_timer, fakes
-
-NO_RULES = Heuristics({"rules": []})
+from autotune_fakes import NO_RULES, FakeClock, fake_timer, fakes
 
 
 def arrays(N=2, H=7, C=3, K=4, seed=0):

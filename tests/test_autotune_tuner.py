@@ -8,28 +8,8 @@ import pytest
 import autotune
 from autotune import Tuner
 from autotune.heuristics import Heuristics
-from autotune_fakes import FakeClock, fake_timer, fakes
+from autotune_fakes import NO_RULES, FakeClock, arrays, fake_timer, fakes, tuned, tuner
 from convalgos import UnsupportedError, reference
-
-NO_RULES = Heuristics({"rules": []})
-
-
-def arrays(N=2, C=3, H=7, K=4, R=3, seed=0):
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal((N, C, H, H)).astype(np.float32),
-            rng.standard_normal((K, C, R, R)).astype(np.float32))
-
-
-def tuner(clock, algos, **kw):
-    return Tuner(algos, benchmark=True, timer=fake_timer(clock), heuristics=kw.pop("heuristics", NO_RULES), **kw)
-
-
-def tuned(clock, algos, **kw):
-    t = tuner(clock, algos, **kw)
-    t.conv2d(*arrays())
-    (entry,) = t.dispatch_table()
-    return entry
-
 
 def test_choice_is_the_fastest_and_output_is_right():
     clock = FakeClock()
@@ -44,12 +24,6 @@ def test_choice_is_the_fastest_and_output_is_right():
     assert set(entry.errors) == {"a", "b", "c"} and entry.tuning_seconds > 0
     assert entry.tied == ["b"] and entry.ranked == ["b", "c", "a"] and entry.fresh_output
     assert str(entry.key.params) in str(t.dispatch_table())
-
-
-def test_warmup_is_not_counted_and_reported_apart():
-    clock = FakeClock()
-    entry = tuned(clock, fakes(clock, a=[5.0, 1e-3], b=2e-3))     # a's first call costs 5 s (a JIT compile)
-    assert entry.algo == "a" and entry.warmup["a"] == pytest.approx(5.0) and entry.times["a"] == pytest.approx(1e-3)
 
 
 def test_ties_broken_by_determinism_then_workspace_then_error_then_name_and_shown():
@@ -165,49 +139,6 @@ def test_heuristic_choice_that_fails_falls_back_to_the_next_ranked():
     assert entry.algo == "second" and "MemoryError" in entry.skipped["first"] and entry.source == "heuristic"
     t.conv2d(x, w)
     assert algos["first"].calls == 1                  # the failed choice is not tried again
-
-
-def test_slow_candidate_is_abandoned_on_two_runs_not_one():
-    clock = FakeClock()
-    entry = tuned(clock, fakes(clock, fast=1e-3, slow=5e-3))
-    assert entry.runs["slow"] == 1 and "slow" in entry.abandoned and entry.runs["fast"] >= 3   # warm-up + 1 run
-    compiled = tuned(clock, fakes(clock, fast=1e-3, slow=[1.0, 5e-3]))  # its warm-up compiled: no evidence
-    assert compiled.runs["slow"] == 2 and "slow" in compiled.abandoned
-
-
-def test_a_spike_is_recognised_and_does_not_decide():
-    clock = FakeClock()
-    # fast's first timed run is a 5x spike (a neighbour took the core): it is not abandoned on it
-    entry = tuned(clock, fakes(clock, fast=[1e-3, 5e-3, 1e-3], other=2e-3))
-    assert entry.algo == "fast" and entry.spikes == {"fast": 1} and not entry.abandoned
-    assert entry.times["fast"] == pytest.approx(1e-3)
-
-
-def test_runner_up_dropped_on_few_runs_is_retimed_beside_the_leader():
-    clock = FakeClock()
-    # b's warm-up and first run were slow together (a busy neighbour); re-timed, it is the faster
-    entry = tuned(clock, fakes(clock, a=1e-3, b=[1.2e-3, 1.2e-3, 0.8e-3]))
-    assert entry.algo == "b" and entry.runs["b"] >= 3
-
-
-def test_a_winner_left_with_few_runs_is_retimed():
-    clock = FakeClock()
-    # b leads after one round, so a stops early; then b slows down and a, timed once, has the best median
-    entry = tuned(clock, fakes(clock, a=1e-3, b=[0.9e-3, 0.9e-3, 1.3e-3]))
-    assert entry.algo == "a" and entry.runs["a"] >= 3
-
-
-def test_clearly_slower_candidate_stops_early_the_best_refines():
-    clock = FakeClock()
-    entry = tuned(clock, fakes(clock, best=[1e-3, 1e-3, 1.1e-3, 0.9e-3], second=1.5e-3))   # best's runs are noisy
-    assert entry.algo == "best" and entry.runs["second"] == 2 and entry.runs["best"] >= 3
-
-
-def test_cost_cap_ends_the_race_of_near_ties():
-    clock = FakeClock()
-    noisy = [1e-3, 1.3e-3, 0.7e-3] * 40
-    entry = tuned(clock, fakes(clock, a=noisy, b=noisy), cost_cap=20.0)
-    assert 3 <= entry.runs["a"] <= 12 and set(entry.tied) == {"a", "b"}
 
 
 def test_deterministic_excludes_nondeterministic():
@@ -328,13 +259,3 @@ def test_n_zero_gives_empty_output_without_tuning():
     t = tuner(clock, fakes(clock, a=1e-3))
     y = t.conv2d(np.zeros((0, 3, 5, 5), np.float32), np.zeros((4, 3, 3, 3), np.float32))
     assert y.shape == (0, 4, 3, 3) and t.cache_info().entries == 0
-
-
-def test_prune_ratio_skips_what_the_heuristic_measured_far_slower():
-    clock = FakeClock()
-    algos = fakes(clock, a=1e-3, b=2e-3, c=1e-4)
-    rules = Heuristics({"rules": [{"name": "r", "when": {}, "order": ["a", "b", "c"],
-                                   "score": {"a": 1.0, "b": 2.0, "c": 12.0}}]})
-    entry = tuned(clock, algos, heuristics=rules)
-    assert entry.algo == "a" and algos["c"].calls == 0 and entry.skipped["c"].startswith("pruned: rule 'r' measured")
-    assert tuned(clock, algos, heuristics=rules, prune_ratio=None).algo == "c"
