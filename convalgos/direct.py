@@ -4,10 +4,11 @@ polyphase copy of its input, for every layer (any stride, asymmetric padding, di
 Maths. With g = k // Kg the group of output channel k (Cg = C/groups input and Kg = K/groups output channels
 per group), (top, left) the padding and x read as zero outside its H x W extent:
 
-    forward          y[n, k, i, j]  = sum_{c, r, s}  x[n, g*Cg + c, i*sh + r*dh - top, j*sw + s*dw - left] * w[k, c, r, s]
+    forward          y[n, k, i, j] = sum_{c, r, s} x[n, g*Cg + c, i*sh + r*dh - top, j*sw + s*dw - left] * w[k, c, r, s]
     backward-data    dx[n, g*Cg + c, h, v] = sum over (k in group g, r, s, i, j) with i*sh + r*dh - top = h and
                                              j*sw + s*dw - left = v of  dy[n, k, i, j] * w[k, c, r, s]
-    backward-filter  dw[k, c, r, s] = sum_{n, i, j} dy[n, k, i, j] * x[n, g*Cg + c, i*sh + r*dh - top, j*sw + s*dw - left]
+    backward-filter  dw[k, c, r, s] = sum_{n, i, j} dy[n, k, i, j] * x[n, g*Cg + c, i*sh + r*dh - top,
+                                                                         j*sw + s*dw - left]
 
 The identities between them (the tests check both): at stride 1, backward-data is a forward convolution of dy,
 zero-padded by (extent - 1 - pad) on each side, with the kernel flipped (r -> R-1-r, s -> S-1-s) and K and C
