@@ -17,6 +17,7 @@ from . import reference  # noqa: E402
 # Importing an algorithm's module registers it: this is the order ALGORITHMS lists them in.
 from . import direct  # noqa: F401,E402  (registration, one line per algorithm)
 from . import depthwise  # noqa: F401,E402
+from . import implicit_gemm  # noqa: F401,E402
 from . import im2col, fft, fft_tiled, winograd  # noqa: F401,E402
 from .conv import conv2d, conv2d_input, conv2d_weight
 from .run import run  # run: a validated layer's pass through an algorithm (used by autotune)
