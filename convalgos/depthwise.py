@@ -190,8 +190,9 @@ class Depthwise(Algorithm):
 
     name = "depthwise"
     deterministic = True
-    # measured float32 normwise errors (random normal and uniform data): forward <= 1.2e-7, backward-data
-    # <= 1.2e-7, backward-filter <= 4e-7 (sums of up to 64*56*56 terms); float16 (in float32) 3e-4.
+    # measured float32 normwise errors (random normal and uniform data, 4x32x112x112 and 64x1024x7x7): forward
+    # <= 1.5e-7, backward-data <= 1.4e-7, backward-filter <= 9.3e-7 (row dots summed over 50k terms), so no pass
+    # needs a wider tolerance; float16 (in float32) 3e-4.
     tolerance = {"float16": 2e-3, "float32": 5e-6, "float64": 1e-12}
 
     def constraints(self, p: ConvParams, op: str) -> Support:
