@@ -3,32 +3,29 @@
     python -m autotune                                  # resnet18, batch 1, 3x224x224, float32, benchmark on
     python -m autotune --model resnet20 --batch 32 --cache ~/.autotune.json --json out.json --plot out.png
 
-Steps: build the model (seeded), run one forward pass with the autotuner (a progress bar per conv layer:
-this pass tunes every new key), print per conv layer its shape and choice and then the dispatch table's
-report (every candidate's time, error, workspace, skip reasons), then time whole forward passes in
-interleaved rounds: autotuned, every conv forced to each single algorithm, and every conv computed by
-torch's conv2d when torch is installed (torch gets numba's thread count). A forced pass still running at 3x
-the autotuned pass is abandoned and reported as such (it cannot be the best single algorithm). An algorithm
-that cannot run every conv of the model is reported as n/a with the number of layers it does not support (no
-silent fallback to another algorithm), so "best single algorithm" means the best one that runs the whole
-model.
-With a warm ``--cache`` the tuning pass times nothing: every key is a cache hit.
+Steps: check every option and path (before any work); build the model (seeded); run one forward pass with
+the autotuner (a progress bar per conv layer: this pass tunes every new key); print per conv layer its shape
+and choice, then the dispatch table; then time whole passes in interleaved rounds (``autotune.profile``):
+autotuned, every conv forced to each single algorithm that runs every layer, and torch's conv2d when torch is
+installed. A forced pass still running at 3x the autotuned pass is abandoned (torch is warmed up first). With
+``--device cuda`` the convs run alone on the GPU (the other layers are CPU-only), so the passes are the
+model's conv time. With a warm ``--cache`` the tuning pass times nothing: every key is a cache hit.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
-import time
 
 import numpy as np
 
 import convalgos
-from convalgos import ALGORITHMS, ConvParams
 
 import autotune
-from autotune import models, nn
+from autotune import cache, models, nn, profile
+from autotune.devices import CudaEventTimer, gpu_algorithms
 
 DTYPES = ("float32", "float64", "float16")
 
@@ -74,197 +71,60 @@ def parser() -> argparse.ArgumentParser:
                     help="skip algorithms needing more workspace (e.g. 64M)")
     ap.add_argument("--cache", metavar="PATH", help="persistent tuning cache (JSON), loaded and saved")
     ap.add_argument("--plot", metavar="FILE.png", help="per-layer time of every candidate, chosen marked")
-    ap.add_argument("--json", metavar="FILE", help="write the layers, entries and totals as JSON")
-    ap.add_argument("--rounds", type=positive_int, default=3, help="timed rounds per forward pass (default 3)")
+    ap.add_argument("--json", metavar="PATH", help="write the layers, entries and totals as JSON ('-': stdout, "
+                                                  "the report then goes to stderr)")
+    ap.add_argument("--rounds", type=positive_int, default=3, help="timed rounds per pass (default 3)")
     return ap
 
 
-def check_options(ap, args):
+def check_paths(ap, args) -> None:
+    """Every path is checked before any work, so a typo costs no minutes of tuning."""
+    if args.cache:
+        problem = cache.problem(args.cache)
+        if problem:
+            ap.error(f"--cache {args.cache}: {problem}")
+    for option in ("json", "plot"):
+        path = getattr(args, option)
+        if path and path != "-" and cache.writable_problem(path):
+            ap.error(f"--{option} {path}: {cache.writable_problem(path)}")
+    if args.cache and args.json and os.path.realpath(args.cache) == os.path.realpath(args.json):
+        ap.error(f"--cache and --json name the same file {args.cache}: the report would replace the cache")
+
+
+def check_options(ap, args) -> None:
     """The checks argparse cannot do alone; each ends in ap.error (message, exit status 2)."""
     if args.model not in models.MODELS:
         ap.error(f"unknown model {args.model!r}; known models: {', '.join(models.MODELS)}")
-    if args.device == "cuda":
-        ap.error("--device cuda: " + cuda_problem())
+    if args.device == "cuda" and profile.gpu_problem():
+        ap.error("--device cuda: " + profile.gpu_problem())
     if args.plot:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
             ap.error("--plot needs matplotlib: pip install 'convalgos[plot]'")
-
-
-def cuda_problem() -> str:
-    try:
-        from numba import cuda
-        found = cuda.is_available()
-    except Exception:  # noqa: BLE001 - any failure to probe means no usable GPU
-        found = False
-    return ("the GPU backend of convalgos is not built yet; use --device cpu" if found
-            else "no CUDA GPU is available on this machine; use --device cpu")
+    check_paths(ap, args)
 
 
 def input_shape(ap, model, args) -> tuple[int, int, int, int]:
+    """The input's shape; a size the model cannot take is an error naming --size and the sizes it takes."""
     C, H, W = model.input_shape
     if args.size is not None:
         given = args.size
         H, W = (given[0], given[0]) if len(given) == 1 else given[-2:]
         if len(given) == 3 and given[0] != C:
             ap.error(f"--size {'x'.join(map(str, given))}: {args.model} takes {C} input channels")
+        try:
+            profile.conv_calls(model, (1, C, H, W), args.dtype)
+        except (ValueError, IndexError):
+            most = 2 * max(model.input_shape[1:])
+            fits = profile.accepted_sizes(model, most)
+            ap.error(f"--size {'x'.join(map(str, given))}: {args.model} cannot take a {H}x{W} input; "
+                     f"it takes square sizes {profile.spans(fits) or 'none'} (tried 1 to {most}), "
+                     f"{model.input_shape[1]}x{model.input_shape[2]} by design")
     return args.batch, C, H, W
 
 
-# ---- running the model --------------------------------------------------------------------------------------
-class LayerLog:
-    """Wraps every conv of a model to record (name, ConvParams) on each call and advance a progress bar."""
-
-    def __init__(self, model):
-        self.convs = nn.conv_layers(model)
-        self.calls: list[tuple[str, ConvParams]] = []
-        self.bar = None
-
-    def __enter__(self):
-        for name, conv in self.convs:
-            conv.forward = self._wrap(name, conv, type(conv).forward.__get__(conv))
-        return self
-
-    def __exit__(self, *exc):
-        for _, conv in self.convs:
-            del conv.forward
-
-    def _wrap(self, name, conv, forward):
-        def logged(x):
-            p = ConvParams.from_arrays(x, conv.weight, conv.bias, stride=conv.stride, padding=conv.padding,
-                                       dilation=conv.dilation, groups=conv.groups)
-            self.calls.append((name, p))
-            if self.bar is not None:
-                self.bar.set_postfix_str(name)
-            y = forward(x)
-            if self.bar is not None:
-                self.bar.update()
-            return y
-        return logged
-
-
-def tune(model, x):
-    """One forward pass through the autotuner with a progress bar; (layer log, seconds)."""
-    from tqdm import tqdm
-    with LayerLog(model) as log:
-        with tqdm(total=len(log.convs), desc="tuning", unit="conv", file=sys.stderr, leave=False) as bar:
-            log.bar = bar
-            start = time.perf_counter()
-            model(x)
-            seconds = time.perf_counter() - start
-    return log, seconds
-
-
-def torch_conv2d():
-    """A conv2d with convalgos' signature computed by torch (numba's thread count), or None without torch."""
-    try:
-        import torch
-    except ImportError:
-        return None
-    import numba
-    torch.set_num_threads(numba.get_num_threads())
-
-    def conv2d(x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
-        with torch.no_grad():
-            t = lambda a: None if a is None else torch.from_numpy(np.ascontiguousarray(a))  # noqa: E731
-            return torch.nn.functional.conv2d(t(x), t(weight), t(bias), stride, padding, dilation, groups).numpy()
-    return conv2d
-
-
-def unsupported_layers(name, layer_params) -> list[str]:
-    algorithm = ALGORITHMS[name]
-    return [algorithm.supports(p).reason for p in layer_params if not algorithm.supports(p)]
-
-
-class Abandoned(Exception):
-    """A forced pass ran past its deadline (3x the autotuned pass) and was stopped."""
-
-
-def jit_warmup(layer_params, dtype):
-    """Run every algorithm once on a small copy of each distinct layer (same channels, kernel, stride,
-    padding, groups; at most 16x16 unless the kernel needs more), so Numba compilation or cache loading is
-    not charged to the first timed pass."""
-    rng = np.random.default_rng(1)
-    for p in layer_params:
-        h, w = (min(size, max(16, extent)) for size, extent in zip((p.H, p.W), p.kernel_extent))
-        x = rng.standard_normal((1, p.C, h, w)).astype(dtype)
-        weight = rng.standard_normal((p.K, p.Cg, p.R, p.S)).astype(dtype)
-        for name, algorithm in ALGORITHMS.items():
-            small = ConvParams.from_arrays(x, weight, stride=p.stride, padding=p.padding, dilation=p.dilation,
-                                           groups=p.groups)
-            if algorithm.supports(small):
-                convalgos.conv2d(x, weight, stride=p.stride, padding=p.padding, dilation=p.dilation,
-                                 groups=p.groups, algo=name)
-
-
-def with_deadline(algo, deadline: float, done: list):
-    """``algo`` (a name or a conv2d-like callable) as a callable that raises Abandoned past ``deadline``."""
-    def conv(x, *args):
-        if time.perf_counter() > deadline:
-            raise Abandoned
-        y = algo(x, *args) if callable(algo) else convalgos.conv2d(x, *args, algo=algo)
-        done.append(1)
-        return y
-    return conv
-
-
-def time_passes(model, x, passes: dict, rounds: int, budget_s: float = 30.0):
-    """(name -> median seconds of a whole forward pass with every conv set to passes[name], name -> why a pass
-    was abandoned); interleaved rounds.
-
-    Round 0 warms every pass up (workspaces) and is not counted; there a forced pass still running at 3x the
-    autotuned pass's time is abandoned (the tuner's rule, applied to the whole pass), so the slow FFT passes
-    cannot stretch a run. The others are timed ``rounds`` times while the timed rounds stay within
-    ``budget_s`` (at least once), and on until they have taken 0.3 s per requested round.
-    """
-    def once(algo):
-        with nn.use_algorithm(model, algo):
-            start = time.perf_counter()
-            model(x)
-            return time.perf_counter() - start
-
-    auto = once(passes["autotuned"])
-    abandoned = {}
-    for name, algo in list(passes.items())[1:]:
-        done, start = [], time.perf_counter()
-        try:
-            once(with_deadline(algo, start + 3 * auto, done))
-        except Abandoned:
-            abandoned[name] = (f"abandoned: still running at 3x the autotuned pass "
-                               f"({(time.perf_counter() - start) * 1e3:.0f} ms, {len(done)} conv calls done)")
-    kept = {name: algo for name, algo in passes.items() if name not in abandoned}
-    samples = {name: [] for name in kept}
-    start, r, min_s = time.perf_counter(), 0, 0.3 * rounds
-    while r < 1 or (time.perf_counter() - start < (budget_s if r < rounds else min_s)):
-        for name, algo in kept.items():
-            samples[name].append(once(algo))
-        r += 1
-    return {name: float(np.median(s)) for name, s in samples.items()}, abandoned
-
-
-# ---- the dispatch table, per layer --------------------------------------------------------------------------
-def entry_params(entry):
-    """The ConvParams inside an entry's key."""
-    key = entry.key
-    if isinstance(key, ConvParams):
-        return key
-    for part in (getattr(key, "params", None), *(key if isinstance(key, tuple) else ())):
-        if isinstance(part, ConvParams):
-            return part
-    return None
-
-
-def entries_by_params(layer_params):
-    wanted = set(layer_params)
-    found = {}
-    for entry in autotune.dispatch_table():
-        p = entry_params(entry)
-        if p in wanted:
-            found[p] = entry
-    return found
-
-
+# ---- the report ---------------------------------------------------------------------------------------------
 def layer_lines(calls, entries) -> list[str]:
     lines = [f"{'layer':<28} {'shape':<52} {'chosen':<14} {'ms':>8}  source"]
     for name, p in calls:
@@ -274,25 +134,35 @@ def layer_lines(calls, entries) -> list[str]:
     return lines
 
 
-def summary(times: dict, na: dict, abandoned: dict, tuning_s: float, hits: int, tuned: int):
-    auto = times["autotuned"]
-    singles = {n: t for n, t in times.items() if n in ALGORITHMS}
-    best = min(singles, key=singles.get) if singles else None
-    lines = [f"tuning pass: {tuning_s:.2f} s, {tuned} key(s) tuned, {hits} from the table or cache",
-             f"forward pass, autotuned: {auto * 1e3:.2f} ms"]
-    for name in ALGORITHMS:
+def summary(times, na, abandoned, tuning_s, counts, choices, what="forward pass", registry=None):
+    """The report's closing lines and the JSON totals. ``counts``: new keys by source, "reused" the others."""
+    registry = convalgos.ALGORITHMS if registry is None else registry
+    auto, fresh = times["autotuned"], {k: v for k, v in counts.items() if k != "reused"}
+    done = ", ".join(f"{n} key(s) {'tuned (timed)' if s == 'benchmark' else f'chosen by the {s}'}"
+                     for s, n in fresh.items()) or "nothing new to choose"
+    lines = [f"first pass: {tuning_s:.2f} s, {done}, {counts.get('reused', 0)} from the table or cache",
+             f"{what}, autotuned: {auto * 1e3:.2f} ms"]
+    singles = {n: times[n] for n in registry if n in times}
+    for name in registry:
         if name in singles:
             lines.append(f"  forced {name:<14} {singles[name] * 1e3:10.2f} ms  ({singles[name] / auto:.2f}x autotuned)")
         elif name in abandoned:
             lines.append(f"  forced {name:<14}     > {3 * auto * 1e3:.0f} ms  ({abandoned[name]})")
         else:
             lines.append(f"  forced {name:<14}        n/a  (unsupported on {len(na[name])} layer(s): {na[name][0]})")
-    totals = {"tuning_seconds": tuning_s, "keys_tuned": tuned, "keys_reused": hits, "autotuned_seconds": auto,
+    totals = {"tuning_seconds": tuning_s, "keys_tuned": fresh.get("benchmark", 0),
+              "keys_by_source": fresh, "keys_reused": counts.get("reused", 0), "autotuned_seconds": auto,
               "forced_seconds": singles, "unsupported_layers": {n: len(v) for n, v in na.items()},
               "abandoned": abandoned}
+    best = profile.compare(times, choices, registry)
+    if best and best["same_choice"]:
+        lines.append(f"best single algorithm: {best['best_single']}, which the autotuner chose for every layer: "
+                     f"the same choice (measured {best['ratio']:.2f}x: overhead and noise, not a speedup)")
+    elif best:
+        lines.append(f"speedup over the best single algorithm ({best['best_single']}): {best['ratio']:.2f}x")
+        totals["speedup_over_best_single"] = best["ratio"]
     if best:
-        lines.append(f"speedup over the best single algorithm ({best}): {singles[best] / auto:.2f}x")
-        totals.update(best_single=best, speedup_over_best_single=singles[best] / auto)
+        totals.update(best_single=best["best_single"], same_choice=best["same_choice"])
     if "torch" in abandoned:
         lines.append(f"  torch conv2d: {abandoned['torch']}")
     if "torch" in times:
@@ -302,21 +172,20 @@ def summary(times: dict, na: dict, abandoned: dict, tuning_s: float, hits: int, 
     return lines, totals
 
 
-def plot(path, calls, entries, title):
+def plot_layers(path, calls, entries, title, names):
+    """A bar chart per conv layer of every candidate's time in its table entry, the chosen one starred."""
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
     rows = [(name, entries[p]) for name, p in calls if p in entries]
-    names = list(ALGORITHMS)
     fig, ax = plt.subplots(figsize=(max(6.0, 0.45 * len(rows)), 4.5))
     width = 0.8 / len(names)
     for j, algo in enumerate(names):
-        xs = [i + (j - len(names) / 2) * width for i, (_, e) in enumerate(rows) if algo in e.times]
-        ts = [e.times[algo] * 1e3 for _, e in rows if algo in e.times]
-        ax.bar(xs, ts, width, label=algo, align="edge")
-        chosen = [(x, t) for x, t, (_, e) in zip(xs, ts, [r for r in rows if algo in r[1].times]) if e.algo == algo]
+        timed = [(i + (j - len(names) / 2) * width, e) for i, (_, e) in enumerate(rows) if algo in e.times]
+        ax.bar([x for x, _ in timed], [e.times[algo] * 1e3 for _, e in timed], width, label=algo, align="edge")
+        chosen = [(x + width / 2, e.times[algo] * 1e3) for x, e in timed if e.algo == algo]
         if chosen:
-            ax.plot([x + width / 2 for x, _ in chosen], [t for _, t in chosen], "k*", markersize=7)
+            ax.plot(*zip(*chosen), "k*", markersize=7)
     ax.set_yscale("log")
     ax.set_xticks(range(len(rows)), [name for name, _ in rows], rotation=90, fontsize=7)
     ax.set_ylabel("ms per call (log)")
@@ -329,63 +198,91 @@ def plot(path, calls, entries, title):
 
 # ---- main ---------------------------------------------------------------------------------------------------
 def main(argv=None) -> int:
+    argv = sys.argv[1:] if argv is None else list(argv)
     ap = parser()
     args = ap.parse_args(argv)
     check_options(ap, args)
     model = models.get_model(args.model, dtype=args.dtype)
     shape = input_shape(ap, model, args)
-    x = np.random.default_rng(0).standard_normal(shape).astype(args.dtype)
+    out = sys.stderr if args.json == "-" else sys.stdout
     flags = dict(benchmark=not args.no_benchmark, deterministic=args.deterministic,
                  benchmark_limit=args.benchmark_limit, workspace_limit=args.workspace_limit)
-    print(f"autotune: {args.model}, input {'x'.join(map(str, shape))} {args.dtype}, cpu, "
-          + ", ".join(f"{k}={v}" for k, v in flags.items()))
-    if args.cache and os.path.exists(args.cache):
+    print(f"autotune: {args.model}, input {'x'.join(map(str, shape))} {args.dtype}, "
+          f"{profile.device_description(args.device)}, " + ", ".join(f"{k}={v}" for k, v in flags.items()),
+          file=out)
+    if args.cache:
         autotune.load(args.cache)
     with autotune.flags(**flags):
-        before = autotune.cache_info()
+        before = autotune.dispatch_table()
         try:
-            log, tuning_s = tune(model, x)
-        except ValueError as err:               # e.g. an input size the model's layers cannot take
-            ap.error(f"{args.model} cannot run input {'x'.join(map(str, shape))}: {err}")
-        after = autotune.cache_info()
+            calls, workload, tuning_s, registry, xp, timer = first_pass(model, shape, args)
+        except (ValueError, RuntimeError, MemoryError) as err:      # the input was checked: this is the tuning
+            limit = "" if args.workspace_limit is None else f" under --workspace-limit {args.workspace_limit}"
+            ap.error(f"tuning {args.model} failed{limit}: {err}")
         if args.cache:
             autotune.save(args.cache)
-        layer_params = list(dict.fromkeys(p for _, p in log.calls))
-        entries = entries_by_params(layer_params)
-        print("\n".join(layer_lines(log.calls, entries)))
-        print(f"\ndispatch table ({len(layer_params)} distinct conv layers):")
-        print(autotune.dispatch_table())
-        passes = {"autotuned": None}
-        na = {}
-        for name in ALGORITHMS:
-            reasons = unsupported_layers(name, layer_params)
+        layer_params = list(dict.fromkeys(p for _, p in calls))
+        entries = profile.forward_entries(layer_params, device=args.device)
+        print("\n".join(layer_lines(calls, entries)), file=out)
+        print(f"\ndispatch table ({len(layer_params)} distinct conv layers):\n{autotune.dispatch_table()}", file=out)
+        passes, na = {"autotuned": None}, {}
+        for name, algorithm in registry.items():
+            reasons = profile.unsupported_layers(algorithm, layer_params)
             if reasons:
                 na[name] = reasons
             else:
                 passes[name] = name
-        torch_conv = torch_conv2d() if args.dtype != "float16" else None
+        torch_conv = profile.torch_conv2d(args.device) if args.dtype != "float16" else None
         if torch_conv is not None:
             passes["torch"] = torch_conv
-        jit_warmup(layer_params, args.dtype)
-        times, abandoned = time_passes(model, x, passes, args.rounds)
-    tuned = after.misses - before.misses
-    lines, totals = summary(times, na, abandoned, tuning_s, len(log.calls) - tuned, tuned)
-    print("\n" + "\n".join(lines))
+        profile.jit_warmup(layer_params, args.dtype, registry, xp)
+        times, abandoned = profile.time_passes(workload, passes, args.rounds, timer=timer,
+                                               min_seconds=0.3 * args.rounds)
+    known = {e.key for e in before}
+    counts = {"reused": sum(e.key in known for e in entries.values())}
+    for e in entries.values():
+        if e.key not in known:
+            counts[e.source] = counts.get(e.source, 0) + 1
+    what = "forward pass" if args.device == "cpu" else "conv time of a forward pass (GPU)"
+    lines, totals = summary(times, na, abandoned, tuning_s, counts, [entries[p].algo for p in entries], what,
+                            registry)
+    print("\n" + "\n".join(lines), file=out)
     if args.json:
-        write_json(args, shape, flags, log.calls, layer_params, entries, totals)
+        write_json(args, shape, flags, calls, layer_params, entries, totals)
     if args.plot:
-        plot(args.plot, log.calls, entries, f"{args.model} b{shape[0]} {shape[2]}x{shape[3]} {args.dtype}")
+        plot_layers(args.plot, calls, entries, f"{args.model} b{shape[0]} {shape[2]}x{shape[3]} {args.dtype}",
+             list(registry))
     return 0
+
+
+def first_pass(model, shape, args):
+    """Tune every conv once: (calls, workload, seconds, registry, array module, timer) for the device."""
+    x = np.random.default_rng(0).standard_normal(shape).astype(args.dtype)
+    if args.device == "cpu":
+        prof, seconds = profile.first_pass(model, x)
+        return prof.calls, profile.model_workload(model, x), seconds, convalgos.ALGORITHMS, np, None
+    import cupy
+    calls = [(name, dataclasses.replace(p, N=shape[0])) for name, p in profile.conv_calls(model, (1,) + shape[1:],
+                                                                                       args.dtype)]
+    workload = profile.layer_workload(calls, dict(nn.conv_layers(model)), cupy, args.dtype)
+    timer = CudaEventTimer()
+    seconds = timer.time(lambda: workload(None))
+    return calls, workload, seconds, gpu_algorithms(), cupy, timer
 
 
 def write_json(args, shape, flags, calls, layer_params, entries, totals):
     doc = {"model": args.model, "input": list(shape), "dtype": args.dtype, "device": args.device,
-           "flags": flags, "convalgos_version": convalgos.__version__,
+           "device_name": profile.device_description(args.device), "flags": flags,
+           "convalgos_version": convalgos.__version__,
            "layers": [{"name": name, "shape": str(p), "entry": layer_params.index(p)} for name, p in calls],
            "entries": [entries[p].to_dict() if p in entries else {"shape": str(p)} for p in layer_params],
            "totals": totals}
-    with open(args.json, "w") as f:
-        json.dump(doc, f, indent=1, default=str)
+    if args.json == "-":
+        json.dump(doc, sys.stdout, indent=1, default=str)
+        sys.stdout.write("\n")
+    else:
+        with open(args.json, "w") as f:
+            json.dump(doc, f, indent=1, default=str)
 
 
 if __name__ == "__main__":

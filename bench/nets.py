@@ -7,22 +7,20 @@ Per net, one forward pass at a time runs with every conv autotuned (benchmark mo
 one algorithm (where that algorithm supports every conv of the net), or computed by torch's conv2d (torch
 gets numba's thread count). Each conv call is timed on its own and summed: "conv time" excludes BatchNorm,
 pooling and the classifier, which are the same NumPy code in every mode. Modes run interleaved, round by
-round, so drift on the shared cores hits all alike; the table holds medians over rounds, and per layer where
-the time goes in the autotuned pass against torch.
+round (``autotune.profile.time_layers``, through ``autotune.measure.interleaved``), so drift on the shared
+cores hits all alike; the table holds medians over rounds, and per layer where the time goes in the
+autotuned pass against torch.
 """
 from __future__ import annotations
 
 import argparse
-import time
-from collections import defaultdict
 from pathlib import Path
 
 import numpy as np
 
 import autotune
-from autotune import models, nn
-from autotune.__main__ import entry_params, torch_conv2d
-from convalgos import ALGORITHMS, ConvParams
+from autotune import models, profile
+from convalgos import ALGORITHMS
 
 from .common import RESULTS, header
 
@@ -36,67 +34,27 @@ QUICK = [("ResNet-18 b1 64", "resnet18", 1, 64), ("ResNet-20 b2", "resnet20", 2,
 TARGETS = {"vgg16": 0.75, "resnet18": 1.0, "resnet20": 1.0, "mobilenet_v1": 1.0}
 
 
-class ConvClock:
-    """Times every conv call of a model: per layer name, seconds of the latest pass."""
-
-    def __init__(self, model):
-        self.convs = nn.conv_layers(model)
-        self.seconds: dict[str, float] = {}
-        self.params: dict[str, ConvParams] = {}
-
-    def __enter__(self):
-        for name, conv in self.convs:
-            conv.forward = self._timed(name, conv, type(conv).forward.__get__(conv))
-        return self
-
-    def __exit__(self, *exc):
-        for _, conv in self.convs:
-            del conv.forward
-
-    def _timed(self, name, conv, forward):
-        def timed(x):
-            if name not in self.params:
-                self.params[name] = ConvParams.from_arrays(x, conv.weight, conv.bias, stride=conv.stride,
-                                                           padding=conv.padding, dilation=conv.dilation,
-                                                           groups=conv.groups)
-            start = time.perf_counter()
-            y = forward(x)
-            self.seconds[name] = time.perf_counter() - start
-            return y
-        return timed
-
-
 def measure(model_name, batch, size, rounds):
     """mode -> {layer: median seconds}, the params per layer, the unsupported counts, and the tuning seconds."""
     model = models.get_model(model_name)
     x = np.random.default_rng(0).standard_normal((batch, model.input_shape[0], size, size)).astype(np.float32)
-    with ConvClock(model) as clock, autotune.flags(benchmark=True):
-        start = time.perf_counter()
-        model(x)                                      # tunes every new key
-        tuning = time.perf_counter() - start
-        layers = list(dict.fromkeys(clock.params.values()))
+    with autotune.flags(benchmark=True):
+        prof, tuning = profile.first_pass(model, x)          # tunes every new key
+        layers = prof.layers()
         modes = {"autotuned": None}
         unsupported = {}
         for name, algorithm in ALGORITHMS.items():
-            missing = sum(not algorithm.supports(p) for p in layers)
+            missing = len(profile.unsupported_layers(algorithm, layers))
             if missing:
                 unsupported[name] = missing
             else:
                 modes[name] = name
-        torch_conv = torch_conv2d()
+        torch_conv = profile.torch_conv2d()
         if torch_conv is not None:
             modes["torch"] = torch_conv
-        samples = defaultdict(lambda: defaultdict(list))
-        for r in range(rounds + 1):                   # round 0 warms every mode up and is not counted
-            for mode, algo in modes.items():
-                with nn.use_algorithm(model, algo):
-                    model(x)
-                if r:
-                    for layer, s in clock.seconds.items():
-                        samples[mode][layer].append(s)
-    medians = {mode: {layer: float(np.median(s)) for layer, s in per.items()} for mode, per in samples.items()}
-    chosen = {entry_params(e): e.algo for e in autotune.dispatch_table()}
-    return medians, clock.params, unsupported, tuning, chosen
+        medians = profile.time_layers(model, x, modes, rounds)      # one warm-up round, not counted
+    chosen = {p: e.algo for p, e in profile.forward_entries(layers).items()}
+    return medians, prof.params, unsupported, tuning, chosen
 
 
 def report(results, rounds) -> str:
