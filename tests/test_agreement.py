@@ -43,10 +43,19 @@ def test_random_3x3_stride1_layers(name, layer):
     check_against_reference(name, layer, "float32")
 
 
+def weight_and_groups(name, x_shape, w_shape):
+    """The layer's (w_shape, groups), or its depthwise twin's (one filter per input channel) when the algorithm
+    takes only depthwise layers."""
+    if ALGORITHMS[name].supports(convalgos.ConvParams.from_shapes(x_shape, w_shape, padding=1)):
+        return w_shape, 1
+    return (x_shape[1], 1) + tuple(w_shape[2:]), x_shape[1]
+
+
 @pytest.mark.parametrize("name", list(ALGORITHMS))
 def test_float16_in_float32_out_float16(name):
-    layer = dict(x_shape=(2, 4, 9, 9), w_shape=(6, 4, 3, 3), stride=(1, 1), padding=((1, 1), (1, 1)),
-                 dilation=(1, 1), groups=1, bias=True)
+    w_shape, groups = weight_and_groups(name, (2, 4, 9, 9), (6, 4, 3, 3))
+    layer = dict(x_shape=(2, 4, 9, 9), w_shape=w_shape, stride=(1, 1), padding=((1, 1), (1, 1)),
+                 dilation=(1, 1), groups=groups, bias=True)
     assert check_against_reference(name, layer, "float16")
 
 
@@ -54,10 +63,11 @@ def test_float16_in_float32_out_float16(name):
 def test_non_contiguous_input_and_out(name):
     rng = np.random.default_rng(1)
     x = rng.standard_normal((2, 10, 8, 6)).astype(np.float32).transpose(0, 1, 3, 2)[:, ::2]   # (2, 5, 6, 8)
-    w = rng.standard_normal((4, 5, 3, 3)).astype(np.float32)
-    ref = reference.conv2d(x, w, padding=1)
-    out = np.empty((2, 4, 6, 8), np.float32)
-    y = convalgos.conv2d(x, w, padding=1, algo=name, out=out)
+    w_shape, groups = weight_and_groups(name, x.shape, (4, 5, 3, 3))
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    ref = reference.conv2d(x, w, padding=1, groups=groups)
+    out = np.empty((2, w_shape[0], 6, 8), np.float32)
+    y = convalgos.conv2d(x, w, padding=1, groups=groups, algo=name, out=out)
     assert y is out
     assert normwise_error(out, ref) <= ALGORITHMS[name].tolerance["float32"]
 
@@ -66,9 +76,10 @@ def test_non_contiguous_input_and_out(name):
 def test_repeated_calls_reuse_workspace_and_agree(name):
     rng = np.random.default_rng(2)
     x = rng.standard_normal((3, 8, 20, 20)).astype(np.float32)
-    w = rng.standard_normal((8, 8, 3, 3)).astype(np.float32)
-    first = convalgos.conv2d(x, w, padding=1, algo=name)
-    second = convalgos.conv2d(x, w, padding=1, algo=name)
+    w_shape, groups = weight_and_groups(name, x.shape, (8, 8, 3, 3))
+    w = rng.standard_normal(w_shape).astype(np.float32)
+    first = convalgos.conv2d(x, w, padding=1, groups=groups, algo=name)
+    second = convalgos.conv2d(x, w, padding=1, groups=groups, algo=name)
     np.testing.assert_array_equal(first, second)
     ALGORITHMS[name].release()
     assert ALGORITHMS[name].workspace.nbytes == 0
