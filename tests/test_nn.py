@@ -192,3 +192,125 @@ def test_astype_and_named_modules():
     assert all(v.dtype == np.float64 for v in net.state_dict().values())
     assert [name for name, _ in net.named_modules()] == ["", "conv", "bn", "relu", "pool", "flat", "fc"]
     assert [name for name, _ in nn.conv_layers(net)] == ["conv"]
+
+
+# ---- backward passes against torch autograd -----------------------------------------------------------------
+def torch_grads(torch_layer, x, g, train=True):
+    """(output, input gradient, {parameter name: gradient}) of torch_layer at x for output weighting g."""
+    t = pytest.importorskip("torch")
+    torch_layer.train(train)
+    tx = t.from_numpy(x).requires_grad_()
+    y = torch_layer(tx)
+    y.backward(t.from_numpy(g))
+    return y.detach().numpy(), tx.grad.numpy(), {k: p.grad.numpy() for k, p in torch_layer.named_parameters()}
+
+
+def our_grads(layer, x, g):
+    layer.train()
+    y = layer(x)
+    layer.zero_grad()
+    return y, layer.backward(g, input_grad=True), layer.grad_dict()
+
+
+@pytest.mark.parametrize("k, s, p, ceil, hw", POOLS)
+def test_pool_backward_matches_torch(k, s, p, ceil, hw):
+    t = pytest.importorskip("torch")
+    x = rand(2, 3, *hw)
+    for ours, theirs in [(nn.MaxPool2d(k, s, p, ceil_mode=ceil), t.nn.MaxPool2d(k, s, p, ceil_mode=ceil)),
+                         (nn.AvgPool2d(k, s, p, ceil_mode=ceil, count_include_pad=False),
+                          t.nn.AvgPool2d(k, s, p, ceil_mode=ceil, count_include_pad=False)),
+                         (nn.AvgPool2d(k, s, p, ceil_mode=ceil), t.nn.AvgPool2d(k, s, p, ceil_mode=ceil))]:
+        y = ours(x)
+        g = rand(*y.shape, seed=1)
+        _, dx, _ = our_grads(ours, x, g)
+        _, tdx, _ = torch_grads(theirs, x, g)
+        assert dx.shape == x.shape and dx.dtype == np.float32
+        np.testing.assert_allclose(dx, tdx, rtol=1e-5, atol=1e-6)
+
+
+def test_max_pool_ties_go_to_the_first_tap_as_in_torch():
+    t = pytest.importorskip("torch")
+    x = np.zeros((1, 1, 4, 4), np.float32)          # every window tied (e.g. after a ReLU)
+    g = np.arange(1, 5, dtype=np.float32).reshape(1, 1, 2, 2)
+    _, dx, _ = our_grads(nn.MaxPool2d(3, 1, 1), x, np.ones((1, 1, 4, 4), np.float32))
+    np.testing.assert_array_equal(dx, torch_grads(t.nn.MaxPool2d(3, 1, 1), x, np.ones_like(x))[1])
+    _, dx, _ = our_grads(nn.MaxPool2d(2), x, g)
+    np.testing.assert_array_equal(dx, torch_grads(t.nn.MaxPool2d(2), x, g)[1])
+
+
+@pytest.mark.parametrize("hw, out", [((7, 7), 1), ((10, 7), (3, 4)), ((5, 13), (5, 3)), ((2, 3), 7)])
+def test_adaptive_avg_pool_backward_matches_torch(hw, out):
+    t = pytest.importorskip("torch")
+    x = rand(2, 4, *hw)
+    g = rand(2, 4, *nn.AdaptiveAvgPool2d(out)(x).shape[2:], seed=1)
+    np.testing.assert_allclose(our_grads(nn.AdaptiveAvgPool2d(out), x, g)[1],
+                               torch_grads(t.nn.AdaptiveAvgPool2d(out), x, g)[1], rtol=1e-5, atol=1e-6)
+
+
+def test_batchnorm_train_mode_matches_torch_over_steps():
+    """Batch statistics, the backward pass, and running statistics (unbiased variance, momentum) over 3 steps."""
+    t = pytest.importorskip("torch")
+    bn, tbn = nn.BatchNorm2d(5, eps=1e-3, momentum=0.3), t.nn.BatchNorm2d(5, eps=1e-3, momentum=0.3)
+    with t.no_grad():
+        tbn.weight.uniform_(0.5, 1.5), tbn.bias.uniform_(-1, 1), tbn.running_var.uniform_(0.5, 2)
+    bn.load_state_dict(tbn.state_dict())
+    for step in range(3):
+        x = rand(3, 5, 4, 6, seed=step) * 2 + 1
+        g = rand(3, 5, 4, 6, seed=10 + step)
+        y, dx, grads = our_grads(bn, x, g)
+        tbn.zero_grad()
+        ty, tdx, tgrads = torch_grads(tbn, x, g)
+        np.testing.assert_allclose(y, ty, rtol=1e-5, atol=1e-5)
+        np.testing.assert_allclose(dx, tdx, rtol=1e-4, atol=1e-5)
+        for k in ("weight", "bias"):
+            np.testing.assert_allclose(grads[k], tgrads[k], rtol=1e-4, atol=1e-5)
+        for k in ("running_mean", "running_var"):
+            np.testing.assert_allclose(getattr(bn, k), getattr(tbn, k).numpy(), rtol=1e-5, atol=1e-6)
+    bn.eval(), tbn.eval()
+    np.testing.assert_allclose(bn(x), torch_apply(tbn, x), rtol=1e-5, atol=1e-5)
+
+
+def test_linear_backward_matches_torch():
+    t = pytest.importorskip("torch")
+    lin, tlin = nn.Linear(12, 7), t.nn.Linear(12, 7)
+    lin.load_state_dict(tlin.state_dict())
+    x, g = rand(3, 12), rand(3, 7, seed=1)
+    _, dx, grads = our_grads(lin, x, g)
+    _, tdx, tgrads = torch_grads(tlin, x, g)
+    np.testing.assert_allclose(dx, tdx, rtol=1e-5, atol=1e-6)
+    for k in ("weight", "bias"):
+        np.testing.assert_allclose(grads[k], tgrads[k], rtol=1e-5, atol=1e-6)
+
+
+def test_conv_backward_matches_torch_and_skips_input_gradient_when_not_asked():
+    t = pytest.importorskip("torch")
+    conv, tconv = nn.Conv2d(4, 6, 3, stride=2, padding=1, groups=2), t.nn.Conv2d(4, 6, 3, 2, 1, groups=2)
+    conv.load_state_dict(tconv.state_dict())
+    conv.tuner = autotune.Tuner()
+    x = rand(2, 4, 9, 8)
+    g = rand(*conv(x).shape, seed=1)
+    _, dx, grads = our_grads(conv, x, g)
+    _, tdx, tgrads = torch_grads(tconv, x, g)
+    assert normwise_error(dx, tdx) < 1e-5
+    for k in ("weight", "bias"):
+        assert normwise_error(grads[k], tgrads[k]) < 1e-5
+    passes = [e.key.op for e in conv.tuner.dispatch_table()]
+    conv(x)
+    assert conv.backward(g) is None                  # input_grad=False: only the weight and bias gradients
+    assert [e.key.op for e in conv.tuner.dispatch_table()] == passes
+    assert sorted(passes) == ["backward_data", "backward_filter", "forward"]
+    np.testing.assert_allclose(conv.grad_dict()["weight"], 2 * tgrads["weight"], rtol=1e-4)   # accumulated
+
+
+def test_cross_entropy_matches_torch():
+    t = pytest.importorskip("torch")
+    logits, labels = rand(5, 7) * 30, np.array([0, 6, 3, 3, 1])   # large logits: log-sum-exp must be stable
+    loss_fn = nn.CrossEntropyLoss()
+    loss = loss_fn(logits, labels)
+    tz = t.from_numpy(logits).requires_grad_()
+    tloss = t.nn.functional.cross_entropy(tz, t.from_numpy(labels))
+    tloss.backward()
+    assert isinstance(loss, float) and loss == pytest.approx(tloss.item(), rel=1e-6)
+    grad = loss_fn.backward()
+    assert grad.dtype == np.float32
+    np.testing.assert_allclose(grad, tz.grad.numpy(), rtol=1e-5, atol=1e-7)
