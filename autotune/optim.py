@@ -8,8 +8,8 @@ For each parameter p with gradient g (``torch.optim.SGD``, dampening 0):
     p = p - lr * g                                           (in place: the model's arrays are updated)
 
 The work is done in place in one reused work array (nesterov's update is applied as two subtractions, equal
-to torch's within rounding). Momentum buffers are kept by parameter name, so ``load_state_dict`` (which replaces the model's arrays) does
-not orphan them. Parameters without a gradient are skipped, as in torch.
+to torch's within rounding). Momentum buffers are kept by parameter name, so ``load_state_dict`` (which
+replaces the model's arrays) does not orphan them. Parameters without a gradient are skipped, as in torch.
 """
 from __future__ import annotations
 
