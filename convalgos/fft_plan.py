@@ -101,9 +101,11 @@ def whole_image_plan(p: ConvParams, op: str = "forward") -> TilePlan:
 
 
 def tile_plan(p: ConvParams, T: int, op: str = "forward") -> TilePlan:
-    """The overlap-save plan with T x T tiles: each yields T - Rq + 1 x T - Sq + 1 results."""
+    """The overlap-save plan with T x T tiles: each yields T - Rq + 1 x T - Sq + 1 results. Along an axis where
+    one backward_data tile holds all of dy (T >= Ho + Rq - 1), it yields all Ho + Rq - 1 pixels, as the whole
+    image does: dy sits between zeros, so nothing wraps around."""
     (Rq, Sq), (eh, ew) = phase_extent(p), result_extent(p, op)
-    mh, mw = T - Rq + 1, T - Sq + 1
+    mh, mw = (e if op == "backward_data" and T >= e else T - taps + 1 for e, taps in ((eh, Rq), (ew, Sq)))
     return TilePlan(*p.stride, Rq, Sq, T, T, mh, mw, -(-eh // mh), -(-ew // mw))
 
 

@@ -68,6 +68,9 @@ def test_tiles_cover_the_result_of_each_pass_and_pick_the_cheapest_size():
         t = cheapest_tile_plan(p, op)
         assert t.nth * t.mh >= extent and t.ntw * t.mw >= extent and t.mh == t.Th - 7 + 1
         assert plan_flops(p, t, op) == min(plan_flops(p, tile_plan(p, T, op), op) for T in TILE_SIZES if T >= 7)
+    # one backward_data tile that holds all of dy between zeros yields every pixel, like the whole image
+    assert (tile_plan(p, 64, "backward_data").mh, tile_plan(p, 64, "backward_data").nth) == (62, 1)
+    assert (tile_plan(p, 48, "backward_data").mh, tile_plan(p, 48, "backward_data").nth) == (42, 2)
 
 
 # ---- forward -------------------------------------------------------------------------------------------------
