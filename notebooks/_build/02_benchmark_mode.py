@@ -1,0 +1,236 @@
+# %% [markdown]
+# # 2. Benchmark mode: what `cudnn.benchmark = True` does
+#
+# With `torch.backends.cudnn.benchmark = False` (the default) PyTorch asks cuDNN's *heuristics* which
+# algorithm to use for a convolution: a fixed rule, no measurement. With `True`, the first time a layer of a
+# given shape is seen, every applicable algorithm is **run and timed on the real input**, the fastest is
+# remembered for that shape, and every later call of that shape uses it. A little time is spent once; every
+# later call runs the measured fastest, which is faster than the heuristic's pick only where the heuristic
+# picked wrong.
+#
+# `autotune` does the same, in the open, over the algorithms of notebook 1:
+#
+# ```python
+# import autotune
+# autotune.benchmark = True           # like torch.backends.cudnn.benchmark = True
+# y = autotune.conv2d(x, w, padding=1)
+# print(autotune.dispatch_table())    # what was timed, what won, and why
+# ```
+#
+# Here is its own description of a tuning (the module docstring of `autotune.tuning`):
+
+# %%
+import inspect, os, time
+import numpy as np
+import matplotlib.pyplot as plt
+import autotune, convalgos
+from autotune import measure, models, nn, profile
+
+print(inspect.getdoc(autotune.tuning).split("\n\n", 1)[1])
+load = os.getloadavg()[0]
+print(f"\nthis machine: {os.cpu_count()} cores, load average {load:.1f}"
+      + (" (above the core count: other processes share the cores, timings below are disturbed)"
+         if load > os.cpu_count() else ""))
+
+# %% [markdown]
+# Numba compiles each kernel on its first call (and caches it on disk for the next process). That compile
+# time is a cost of this library, not of benchmark mode, so we run every algorithm once on a small copy of
+# each layer first to keep it out of the measurements below.
+#
+# Comparisons below are judged the way the tuner judges its candidates (`autotune.measure`): interleaved
+# rounds, the median of each, and a **tie** when two medians are within the measured noise of each other
+# (MAD / median / sqrt(runs), at least 1%).
+
+# %%
+def compare(samples, a, b):
+    """How a's median compares with b's, in words, by the tuner's tie rule."""
+    ma, mb = measure.median(samples[a]), measure.median(samples[b])
+    tied = measure.tied_with_fastest({a: samples[a], b: samples[b]}, tie_tolerance=0.01)
+    noise = max(measure.noise(samples[a]), measure.noise(samples[b]), 0.01)
+    if len(tied) == 2:
+        return "tie", f"{a} and {b} tie ({mb / ma:.2f}x, within the noise of {noise:.1%})"
+    word = "faster" if ma < mb else "slower"
+    return word, f"{a} is {max(ma, mb) / min(ma, mb):.2f}x {word} than {b} (noise {noise:.1%})"
+
+BATCH = 4                 # the article's layer has 64 images; 16x fewer keep this notebook within a minute
+seed_x = np.random.default_rng(0).standard_normal((BATCH, 3, 256, 256), dtype=np.float32)
+seed_w = np.random.default_rng(1).standard_normal((64, 3, 3, 3), dtype=np.float32)
+t = time.perf_counter()
+profile.jit_warmup([convalgos.ConvParams.from_arrays(seed_x, seed_w, padding=1)], "float32")
+print(f"compiled / loaded every kernel in {time.perf_counter() - t:.1f} s")
+
+# %% [markdown]
+# ## The articles' layer, benchmark off and on
+#
+# The second article times `Conv2d(3, 64, 3, padding=1)` on a (64, 3, 256, 256) input. A batch of 64 takes
+# seconds per call on 2 CPU cores, so this notebook runs the same layer at **batch 4, 16 times fewer images**
+# (`BATCH` above). The per-call time scales about linearly with the batch; the choice can change with it,
+# which is why the batch is part of the key.
+#
+# Two tuners, one with benchmark off (the heuristic picks, nothing is timed) and one with benchmark on. The
+# first call of each is timed alone; then their steady calls are timed in interleaved rounds.
+
+# %%
+off = autotune.Tuner(benchmark=False)
+on = autotune.Tuner(benchmark=True)
+first = {}
+for label, tuner in (("benchmark off", off), ("benchmark on", on)):
+    t = time.perf_counter(); tuner.conv2d(seed_x, seed_w, padding=1); first[label] = time.perf_counter() - t
+steady = measure.interleaved({"benchmark off": lambda: off.conv2d(seed_x, seed_w, padding=1),
+                              "benchmark on": lambda: on.conv2d(seed_x, seed_w, padding=1)}, rounds=15)
+off_entry, on_entry = list(off.dispatch_table())[0], list(on.dispatch_table())[0]
+print(off.dispatch_table())
+print()
+print(on.dispatch_table())
+
+# %%
+print(f"{'':<16}{'algorithm':>14}{'first call':>12}{'steady (median)':>17}")
+for label, entry in (("benchmark off", off_entry), ("benchmark on", on_entry)):
+    print(f"{label:<16}{entry.algo:>14}{first[label] * 1e3:>10.0f}ms{measure.median(steady[label]) * 1e3:>15.1f}ms")
+verdict, words = compare(steady, "benchmark on", "benchmark off")
+print("\nsteady state:", words)
+gain = measure.median(steady["benchmark off"]) - measure.median(steady["benchmark on"])
+if on_entry.algo == off_entry.algo:
+    print(f"both modes run {off_entry.algo}: the heuristic already picked what the tuning found fastest, so "
+          f"the {on_entry.tuning_seconds:.2f} s of tuning bought nothing on this layer"
+          + ("" if verdict == "tie" else "; the steady difference above is then not the choice's: it is how "
+             "far two identical calls drift apart on this machine now (more than the noise estimate allows)"))
+elif verdict == "faster":
+    print(f"the tuned choice pays: its {on_entry.tuning_seconds:.2f} s of tuning are paid back after about "
+          f"{on_entry.tuning_seconds / gain:.0f} calls of this shape")
+else:
+    print(f"the tuned choice ({on_entry.algo}) does not run faster than the heuristic's ({off_entry.algo}) "
+          f"in this re-measurement: the {on_entry.tuning_seconds:.2f} s of tuning are not paid back")
+    if off_entry.algo in on_entry.times:
+        print(f"during the tuning: {on_entry.algo} {on_entry.times[on_entry.algo] * 1e3:.1f} ms, "
+              f"{off_entry.algo} {on_entry.times[off_entry.algo] * 1e3:.1f} ms (medians); tied in the tuning: "
+              f"{on_entry.tied if len(on_entry.tied) > 1 else 'no'}")
+
+fig, ax = plt.subplots(figsize=(6, 3))
+ax.boxplot([np.array(steady[k]) * 1e3 for k in steady], orientation="horizontal")
+ax.set_yticks([1, 2], [f"{k}\n({e.algo})" for k, e in zip(steady, (off_entry, on_entry))])
+ax.set_xlabel("steady call (ms)"); ax.set_title(f"{BATCH}x3x256x256 -> 64, 3x3: 15 interleaved rounds")
+plt.show()
+
+# %% [markdown]
+# The printout says which case this run is. There are three: the heuristic already picks the fastest (then
+# benchmark mode only costs the tuning), the tuning finds a faster algorithm (then it pays after the
+# break-even number of calls printed), or the tuning's choice is no faster when re-measured (possible when one
+# algorithm dominates the others and load during the tuning disturbed it, or when two are tied). Which one
+# happens depends on the machine: on a layer like this, where the heuristic's rules were measured on a
+# similar CPU, benchmark mode has little to find.
+#
+# Note that the articles' own test, which times 100 calls with `benchmark=True` and then 100 with `False` in
+# one process, mixes the tuning into the first loop; the comparison above keeps the first call and the steady
+# state apart.
+#
+# ## A small ResNet, layer by layer
+#
+# A network has many conv layers of different shapes, and each gets its own choice. CIFAR ResNet-20 at
+# batch 4 (`autotune.models.resnet20`), run once with benchmark mode on through its own `Tuner`, and once
+# with benchmark off:
+
+# %%
+tuner = autotune.Tuner(benchmark=True)
+model = models.resnet20(tuner=tuner)
+xb = np.random.default_rng(2).standard_normal((4, 3, 32, 32), dtype=np.float32)
+calls = profile.conv_calls(model, xb.shape)             # (layer name, ConvParams) of every conv call
+profile.jit_warmup(dict.fromkeys(p for _, p in calls), "float32")
+t = time.perf_counter(); model(xb); first_pass = time.perf_counter() - t
+heuristic = autotune.Tuner(benchmark=False)
+models.resnet20(tuner=heuristic)(xb)
+tuned = {e.key.params: e for e in tuner.dispatch_table()}
+guessed = {e.key.params: e.algo for e in heuristic.dispatch_table()}
+print(f"first forward pass (tunes {len(tuned)} distinct conv shapes): {first_pass:.2f} s; "
+      f"tuning {tuner.cache_info().tuning_seconds:.2f} s")
+print(f"\n{'layer shape':<42}{'heuristic':>14}{'tuned':>14}   tied in the tuning")
+for p, e in tuned.items():
+    print(f"{str(p):<42}{guessed[p]:>14}{e.algo:>14}   {', '.join(e.tied) if len(e.tied) > 1 else '-'}")
+
+# %% [markdown]
+# ## What per-layer selection buys
+#
+# Every distinct conv shape of one forward pass is re-timed with every algorithm that supports it
+# (interleaved, 7 rounds, medians), apart from the tuning. From these times we add up the conv time of the
+# pass with the tuner's choices, with the heuristic's choices (benchmark off), with every layer forced to one
+# algorithm, and with the per-layer fastest of this re-measurement (the "oracle"). Per layer, the tuned choice
+# is compared with the heuristic's by the tie rule above.
+
+# %%
+convs = dict(nn.conv_layers(model))
+rng = np.random.default_rng(3)
+count, medians, samples = {}, {}, {}
+for name, p in calls:
+    count[p] = count.get(p, 0) + 1
+    if p in samples:
+        continue
+    c, x_ = convs[name], rng.standard_normal(p.in_shape, dtype=np.float32)
+    runnable = {n: (lambda n=n, c=c, x_=x_: convalgos.conv2d(x_, c.weight, c.bias, c.stride, c.padding,
+                                                                c.dilation, c.groups, algo=n))
+                for n, a in convalgos.ALGORITHMS.items() if a.supports(p)}
+    samples[p] = measure.interleaved(runnable, rounds=7)
+    medians[p] = {n: measure.median(s) for n, s in samples[p].items()}
+
+outcomes = {}
+print(f"{'layer shape':<42}{'tuned vs heuristic (re-timed)'}")
+for p in tuned:
+    if tuned[p].algo == guessed[p]:
+        outcomes[p], words = "same choice", f"same choice ({guessed[p]})"
+    else:
+        outcomes[p], words = compare(samples[p], tuned[p].algo, guessed[p])
+    print(f"{str(p):<42}{words}")
+print("\nper layer, benchmark mode against the heuristic:",
+      {k: sum(v == k for v in outcomes.values()) for k in ("faster", "tie", "same choice", "slower")})
+
+algos = list(convalgos.ALGORITHMS)
+single = [n for n in algos if all(n in m for m in medians.values())]
+totals = {"autotuned": sum(count[p] * medians[p][tuned[p].algo] for p in tuned),
+          "heuristic": sum(count[p] * medians[p][guessed[p]] for p in tuned),
+          "oracle": sum(count[p] * min(medians[p].values()) for p in tuned)}
+totals.update({n: sum(count[p] * medians[p][n] for p in tuned) for n in single})
+print(f"\n{len(calls)} conv calls of {len(tuned)} distinct shapes; algorithms that run every one: {single}")
+print(f"{'conv time of one pass':<24}{'ms':>9}{'/ autotuned':>13}")
+for name, t_ in totals.items():
+    print(f"{name:<24}{t_ * 1e3:>9.2f}{t_ / totals['autotuned']:>12.2f}x")
+def than(other):
+    """The autotuned pass against another total, in words."""
+    r = totals[other] / totals["autotuned"]
+    return f"{r:.2f}x faster than {other}" if r >= 1 else f"{1 / r:.2f}x slower than {other}"
+
+best_single = min(single, key=totals.get)
+print(f"\nbest single algorithm: {best_single}. The autotuned pass is {than(best_single)}, "
+      f"{than('heuristic')} (benchmark off), and {than('oracle')} (the per-layer fastest of this re-measurement)")
+
+# %%
+fig, ax = plt.subplots(figsize=(10, 4))
+layers = list(tuned)
+width = 0.8 / len(algos)
+for j, name in enumerate(algos):
+    ratios = [medians[p][name] / medians[p][tuned[p].algo] if name in medians[p] else np.nan for p in layers]
+    ax.bar(np.arange(len(layers)) + j * width, ratios, width, label=name)
+for i, p in enumerate(layers):
+    ax.plot(i + algos.index(tuned[p].algo) * width, 1.0, "k*", markersize=10)
+    ax.plot(i + algos.index(guessed[p]) * width, 1.0, "rv", markersize=7)
+ax.set_xticks(np.arange(len(layers)) + 0.4)
+ax.set_xticklabels([f"{p.C}->{p.K}\n{p.H}x{p.W} {p.R}x{p.S}/{p.stride[0]}" for p in layers], fontsize=8)
+ax.set_yscale("log"); ax.set_ylabel("re-timed / tuned choice (log)"); ax.axhline(1, color="k", lw=0.5)
+ax.set_title("ResNet-20, batch 4: each algorithm's time over the tuned choice (black star); "
+             "red triangle: the heuristic's", fontsize=9)
+ax.legend(fontsize=7, ncol=5)
+plt.show()
+
+# %% [markdown]
+# How to read it: a bar below 1 is an algorithm that ran faster in the re-measurement than the tuned choice;
+# where the black star and the red triangle sit on different bars, benchmark mode and the heuristic chose
+# differently, and the per-layer line above says which ran faster, or that they tie. Against a single
+# algorithm for every layer (what a library without selection runs), per-layer selection buys the ratio
+# printed; against the heuristic it buys only what the heuristic gets wrong on this machine, which can be
+# nothing. The distance from the oracle is what the tuner's own measurements, taken during one tuning on a
+# possibly loaded machine, missed. Candidates missing from a group do not support the layer (Winograd needs
+# 3x3 stride 1, depthwise one filter per channel); the report printed by `print(tuner.dispatch_table())`
+# gives each reason.
+#
+# Run `python -m autotune --model resnet18` (ResNet-18 at 224x224; a few minutes here) to see the full table
+# with totals, or `python -m autotune --model vgg16 --plot vgg.png`. On a GPU, cuDNN offers a similar menu
+# (implicit GEMM, FFT, FFT tiling, Winograd) and the same mechanics apply, with tuning costs of milliseconds
+# rather than seconds.
