@@ -1,5 +1,5 @@
 """Depthwise convolution, "depthwise": one filter per input channel (groups == C), m = K/C filters per channel
-(a channel multiplier; MobileNet's layers have m = 1), each pass plane by plane, reading x and dy in place.
+(a channel multiplier; MobileNet's layers have m = 1), each pass plane by plane in per-thread buffers.
 
 Maths. Output channel k reads only input channel c = k // m:
 
