@@ -1,127 +1,283 @@
-"""How well the autotuner chooses: regret against a careful oracle, tuning cost, and stability.
+"""How well the autotuner chooses: regret against an independent oracle, quiet and beside a noisy neighbour,
+what tuning costs, and what a table hit costs; bench/results/cpu-autotune.md.
 
-    python -m bench.autotune [--quick] [--tunings 3] [--oracle-rounds 15] [--output PATH]
+    python -m bench.autotune                  # quiet, the whole layer set (minutes)
+    python -m bench.autotune --neighbour      # tunings beside a process busy on one core
+    python -m bench.autotune --both           # both, per layer, in one record (the record: about 10 min)
+    python -m bench.autotune --quick --both   # a smoke test on four small layers, under /tmp unless --out
 
-For every layer of ``bench.layers`` (``--quick``: a few), with random input:
+For every layer of ``bench.layers`` and each pass in ``--passes`` (forward by default), with random operands
+and the caller's output buffer:
 
-- tune it ``--tunings`` times, each in a fresh ``autotune.Tuner(benchmark=True)``;
-- re-time every candidate that passed the reference check, interleaved, ``--oracle-rounds`` rounds: the
-  oracle's medians;
-- regret of a choice = oracle time of the chosen / oracle's best - 1 (the heuristic's choice too);
-- tuning cost = the tuning's seconds / one oracle run of the chosen algorithm (the first tuning includes
-  loading or compiling the kernels, so the cost is reported for the later, warm tunings);
-- stability = how often a tuning picks the most common choice, counted where the oracle's two best differ
-  by more than 5% (below that either choice is fine).
+- tune it ``--tunings`` times, each in a fresh ``autotune.Tuner(benchmark=True)``; with ``--neighbour`` (or
+  ``--both``, after the quiet ones) as many tunings run while a second process spins a pure-Python loop on one
+  core (``Neighbour``: started once, paused with SIGSTOP outside those tunings);
+- the oracle: every candidate any tuning timed, re-timed quietly in ``--oracle-rounds`` interleaved rounds
+  (``autotune.measure.interleaved``), medians;
+- regret of a choice = oracle time of the chosen / the oracle's best - 1 (the heuristic's choice too);
+- tuning cost = the entry's ``tuning_seconds`` (warm-ups, the reference check, timed runs) over the oracle
+  time of the chosen algorithm, for every tuning but the first of each layer, which compiles or loads the
+  kernels; it is split into warm-ups (the entry's ``warmup``), timed runs (``runs`` x ``times``, about) and
+  the rest (the reference check, bookkeeping);
+- stability: how often a tuning makes the layer's most common choice, where the oracle's two best differ by
+  more than 5% (below that either choice is fine).
 
-Writes ``bench/results/cpu-autotune.md``. Targets: median regret <= 3%, worst <= 10%; the same choice in
->= 95% of tunings where the two best differ by more than 5%; tuning a key costs <= 30 runs of its choice.
+Dispatch overhead: on a small layer, a hit of ``autotune.conv2d`` (``conv2d_input``, ``conv2d_weight``)
+against ``convalgos``' same function with the algorithm the table chose, interleaved, difference of medians.
+Targets: regret median <= 2% and worst <= 10%; tuning cost median <= 40 and worst <= 150 runs of the choice;
+dispatch overhead <= 10 us.
 """
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
+import signal
+import subprocess
+import sys
 from collections import Counter
+from pathlib import Path
 
 import numpy as np
 
 import autotune
 import convalgos
-from bench.common import RESULTS, header, interleaved_medians
-from bench.layers import ALL_LAYERS
+from autotune import measure
+from convalgos import ALGORITHMS, PASSES
 
-QUICK = ["vgg16.conv3_2", "resnet20.stage1.conv", "mobilenet.dw3", "mobilenet.pw7", "7x7.c64.56"]
+from .common import RESULTS, header
+from .layers import ALL_LAYERS, layer
+
+QUICK = {"3x3.c16.16": layer(1, 16, 16, 16, 3), "dw3x3.c32.16": layer(1, 32, 16, 32, 3, groups=32),
+         "1x1.c32.14": layer(1, 32, 14, 32, 1), "5x5.c8.16": layer(1, 8, 16, 8, 5)}
+DISPATCH_LAYER = layer(1, 8, 8, 8, 3)
+REGRET_TARGETS, COST_TARGETS, DISPATCH_TARGET_US = (0.02, 0.10), (40, 150), 10.0
 
 
-def arrays(p, seed=0):
+class Neighbour:
+    """A second process busy on one core (a pure-Python loop), paused unless inside ``busy()``."""
+
+    def __init__(self):
+        self.process = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+        os.kill(self.process.pid, signal.SIGSTOP)
+
+    @contextlib.contextmanager
+    def busy(self):
+        os.kill(self.process.pid, signal.SIGCONT)
+        try:
+            yield
+        finally:
+            os.kill(self.process.pid, signal.SIGSTOP)
+
+    def close(self):
+        self.process.kill()
+        self.process.wait()
+
+
+def operands(p, op, seed=0):
+    """(a, b, out) of pass ``op``: random float32 operands and a result buffer."""
     rng = np.random.default_rng(seed)
-    return (rng.standard_normal((p.N, p.C, p.H, p.W)).astype(p.dtype),
-            rng.standard_normal((p.K, p.Cg, p.R, p.S)).astype(p.dtype))
+    x, w, dy = (rng.standard_normal(s).astype(p.dtype) for s in (p.in_shape, p.weight_shape, p.out_shape))
+    a, b = {"forward": (x, w), "backward_data": (dy, w), "backward_filter": (x, dy)}[op]
+    return a, b, np.empty(p.result_shape(op), p.dtype)
 
 
-def choose(p, x, w, benchmark: bool):
+def tune(p, op, a, b, out, benchmark=True):
+    """The entry a fresh Tuner makes for pass ``op`` of layer p."""
     tuner = autotune.Tuner(benchmark=benchmark)
-    tuner.conv2d(x, w, stride=p.stride, padding=p.padding, dilation=p.dilation, groups=p.groups)
+    layer_args = (p.stride, p.padding, p.dilation, p.groups)
+    if op == "forward":
+        tuner.conv2d(a, b, None, *layer_args, out=out)
+    elif op == "backward_data":
+        tuner.conv2d_input(p.in_shape, b, a, *layer_args, out=out)
+    else:
+        tuner.conv2d_weight(a, p.weight_shape, b, *layer_args, out=out)
     (entry,) = tuner.dispatch_table()
     return entry
 
 
-def oracle(p, x, w, names, rounds: int) -> dict:
-    out = np.empty(p.out_shape, p.dtype)
-    algos = convalgos.ALGORITHMS
-    return interleaved_medians({n: (lambda a=algos[n]: convalgos.run(a, x, w, None, p, out)) for n in names},
-                               rounds=rounds)
+def oracle(p, op, a, b, out, names, rounds: int) -> dict:
+    calls = {n: (lambda a_=ALGORITHMS[n]: convalgos.run(a_, op, a, b, p, out)) for n in names}
+    return {n: measure.median(s) for n, s in measure.interleaved(calls, rounds).items()}
 
 
-def measure_layer(name, p, tunings: int, rounds: int) -> dict:
-    x, w = arrays(p)
-    entries = [choose(p, x, w, True) for _ in range(tunings)]
-    names = sorted({n for e in entries for n in e.times})
-    times = oracle(p, x, w, names, rounds)
+def cost(entry, own: float) -> dict:
+    """The tuning's cost in runs of the chosen algorithm (``own`` seconds), split by what the entry records."""
+    warmups = sum(entry.warmup.values())
+    timed = sum(entry.runs[n] * entry.times[n] for n in entry.runs)
+    return {"total": entry.tuning_seconds / own, "warmups": warmups / own, "timed": timed / own,
+            "rest": (entry.tuning_seconds - warmups - timed) / own, "runs": sum(entry.runs.values()),
+            "seconds": entry.tuning_seconds}
+
+
+def measure_layer(p, op, tunings: int, rounds: int, neighbour, conditions) -> dict:
+    a, b, out = operands(p, op)
+    entries = {}
+    for condition in conditions:
+        with neighbour.busy() if condition == "neighbour" else contextlib.nullcontext():
+            entries[condition] = [tune(p, op, a, b, out) for _ in range(tunings)]
+    every = [e for es in entries.values() for e in es]
+    times = oracle(p, op, a, b, out, sorted({n for e in every for n in e.times}), rounds)
     best = min(times, key=times.get)
     ranked = sorted(times.values())
-    gap = ranked[1] / ranked[0] - 1 if len(ranked) > 1 else float("inf")
-    choices = [e.algo for e in entries]
-    heuristic = choose(p, x, w, False).algo
-    return {"name": name, "params": p, "times": times, "best": best, "gap": gap, "choices": choices,
-            "regrets": [times[c] / times[best] - 1 for c in choices],
-            "heuristic": heuristic,
-            "heuristic_regret": times[heuristic] / times[best] - 1 if heuristic in times else float("nan"),
-            "costs": [e.tuning_seconds / times[e.algo] for e in entries],
-            "tuning_s": [e.tuning_seconds for e in entries],
-            "agree": Counter(choices).most_common(1)[0][1] / len(choices)}
+    heuristic = tune(p, op, a, b, out, benchmark=False).algo
+    for algorithm in ALGORITHMS.values():
+        algorithm.release()
+    first = entries[conditions[0]][0]
+    row = {"params": p, "times": times, "best": best, "first_seconds": first.tuning_seconds,
+           "gap": ranked[1] / ranked[0] - 1 if len(ranked) > 1 else float("inf"), "heuristic": heuristic,
+           "heuristic_regret": times[heuristic] / times[best] - 1 if heuristic in times else float("nan")}
+    for condition, es in entries.items():
+        choices = [e.algo for e in es]
+        warm = [e for e in es if e is not first]
+        row[condition] = {"choices": choices, "regrets": [times[c] / times[best] - 1 for c in choices],
+                          "costs": [cost(e, times[e.algo]) for e in warm], "ties": sum(len(e.tied) > 1 for e in es),
+                          "agree": Counter(choices).most_common(1)[0][1] / len(choices)}
+    return row
 
 
-def report(rows, args) -> str:
-    lines = [header("autotune: regret, tuning cost and stability on the CPU"),
-             f"Command: `python -m bench.autotune{' --quick' if args.quick else ''} --tunings {args.tunings} "
-             f"--oracle-rounds {args.oracle_rounds}`. Algorithms: {', '.join(convalgos.ALGORITHMS)}.\n",
-             "| layer | oracle best (ms) | 2nd best gap | chosen (each tuning) | regret | heuristic (regret) "
-             "| tuning s (first / warm) | cost in runs (warm) |",
-             "|---|---|---|---|---|---|---|---|"]
-    for r in rows:
-        warm = r["costs"][1:] or r["costs"]
-        lines.append(
-            f"| {r['name']} | {r['best']} {r['times'][r['best']] * 1e3:.3f} | {r['gap']:.1%} | "
-            f"{', '.join(r['choices'])} | {max(r['regrets']):.1%} | {r['heuristic']} ({r['heuristic_regret']:.1%}) | "
-            f"{r['tuning_s'][0]:.2f} / {np.median(r['tuning_s'][1:] or r['tuning_s']):.2f} | {np.median(warm):.0f} |")
-    regrets = [g for r in rows for g in r["regrets"]]
-    heur = [r["heuristic_regret"] for r in rows]
+def dispatch_overhead(rounds: int) -> dict:
+    """pass -> (microseconds a hit of autotune's function costs over convalgos' same function with the
+    algorithm the table chose, over ``convalgos.run`` of that algorithm on the layer's ConvParams built once,
+    the algorithm), on ``DISPATCH_LAYER``, called as a user calls them (no out=)."""
+    p = DISPATCH_LAYER
+    layer_args = (p.stride, p.padding, p.dilation, p.groups)
+    rng = np.random.default_rng(5)
+    x, w, dy = (rng.standard_normal(s).astype(p.dtype) for s in (p.in_shape, p.weight_shape, p.out_shape))
+    calls = {"forward": ("conv2d", (x, w, None) + layer_args, (x, w)),
+             "backward_data": ("conv2d_input", (p.in_shape, w, dy) + layer_args, (dy, w)),
+             "backward_filter": ("conv2d_weight", (x, p.weight_shape, dy) + layer_args, (x, dy))}
+    results = {}
+    with autotune.flags(benchmark=True):
+        for op, (name, args, operands_) in calls.items():
+            ours, theirs = getattr(autotune, name), getattr(convalgos, name)
+            ours(*args)                                            # tunes the key: the calls below hit it
+            algo = next(e.algo for e in autotune.dispatch_table() if e.key.op == op and e.key.params == p)
+            samples = measure.interleaved(
+                {"autotune": lambda f=ours, a=args: f(*a),
+                 "convalgos": lambda f=theirs, a=args, n=algo: f(*a, algo=n),
+                 "run": lambda o=op, a=operands_, n=algo: convalgos.run(ALGORITHMS[n], o, *a, p)},
+                rounds, warmup=20, min_seconds=1.0)
+            median = {k: measure.median(v) for k, v in samples.items()}
+            results[op] = ((median["autotune"] - median["convalgos"]) * 1e6,
+                           (median["autotune"] - median["run"]) * 1e6, algo)
+    return results
+
+
+# ---- the record ---------------------------------------------------------------------------------------------
+def verdict(ok: bool) -> str:
+    return "**met**" if ok else "**missed**"
+
+
+def row_line(name, op, r, conditions) -> str:
+    cells = [f"{name}{'' if op == 'forward' else ' ' + op}", f"{r['best']} {r['times'][r['best']] * 1e3:.3f}",
+             f"{r['gap']:.1%}"]
+    for c in conditions:
+        d = r[c]
+        costs = [k["total"] for k in d["costs"]]
+        cells += [", ".join(d["choices"]) + (f" ({d['ties']} tied)" if d["ties"] else ""), f"{max(d['regrets']):.1%}",
+                  f"{np.median(costs):.0f}" if costs else "-"]
+    cells += [f"{r['heuristic']} ({r['heuristic_regret']:.1%})", f"{r['first_seconds']:.2f}"]
+    return "| " + " | ".join(cells) + " |"
+
+
+def totals(rows, condition) -> list:
+    regrets = [g for r in rows for g in r[condition]["regrets"]]
+    costs = [k for r in rows for k in r[condition]["costs"]]
+    total = [k["total"] for k in costs]
     separated = [r for r in rows if r["gap"] > 0.05]
-    agree = np.mean([r["agree"] for r in separated]) if separated else float("nan")
-    warm_costs = [c for r in rows for c in (r["costs"][1:] or r["costs"])]
-    chosen_total = sum(r["times"][r["choices"][0]] for r in rows)
-    best_total = sum(r["times"][r["best"]] for r in rows)
-    lines += ["", "## Totals", "",
-              f"- regret of the tuned choice: median {np.median(regrets):.1%}, worst {max(regrets):.1%} "
-              f"(targets <= 3%, <= 10%); of the heuristic's choice: median {np.nanmedian(heur):.1%}, "
-              f"worst {np.nanmax(heur):.1%}",
-              f"- sum over layers: chosen {chosen_total * 1e3:.1f} ms against the oracle's best "
-              f"{best_total * 1e3:.1f} ms",
-              f"- same choice in {agree:.0%} of tunings on the {len(separated)} layers whose two best differ by "
-              f"more than 5% (target >= 95%)",
-              f"- tuning cost, warm, in runs of the chosen algorithm: median {np.median(warm_costs):.0f}, "
-              f"worst {max(warm_costs):.0f} (target <= 30)"]
+    agree = np.mean([r[condition]["agree"] for r in separated]) if separated else float("nan")
+    chosen = sum(r["times"][c] for r in rows for c in r[condition]["choices"]) / len(rows[0][condition]["choices"])
+    best = sum(r["times"][r["best"]] for r in rows)
+    med, worst = np.median(regrets), max(regrets)
+    lines = [f"- regret of the tuned choice: median {med:.1%}, worst {worst:.1%} (targets <= "
+             f"{REGRET_TARGETS[0]:.0%}, <= {REGRET_TARGETS[1]:.0%}): {verdict(med <= REGRET_TARGETS[0])}, "
+             f"{verdict(worst <= REGRET_TARGETS[1])}",
+             f"- sum over layers: chosen {chosen * 1e3:.1f} ms (mean over tunings) against the oracle's best "
+             f"{best * 1e3:.1f} ms",
+             f"- same choice in {agree:.0%} of tunings on the {len(separated)} layers whose two best differ by "
+             "more than 5%"]
+    if total:
+        med, worst = np.median(total), max(total)
+        parts = {k: np.median([c[k] for c in costs]) for k in ("warmups", "timed", "rest", "runs")}
+        lines.append(f"- tuning cost in runs of the chosen algorithm (every tuning but each layer's first): median "
+                     f"{med:.0f}, worst {worst:.0f} (targets <= {COST_TARGETS[0]}, <= {COST_TARGETS[1]}): "
+                     f"{verdict(med <= COST_TARGETS[0])}, {verdict(worst <= COST_TARGETS[1])}; medians of its parts: "
+                     f"warm-ups {parts['warmups']:.0f}, timed runs ~{parts['timed']:.0f} "
+                     f"({parts['runs']:.0f} runs), the rest (reference check, bookkeeping) {parts['rest']:.0f}")
+    return lines
+
+
+def report(rows: dict, conditions, dispatch: dict, args) -> str:
+    flags = " ".join(f for f, on in (("--quick", args.quick), ("--both", args.both),
+                                     ("--neighbour", args.neighbour and not args.both)) if on)
+    command = (f"python -m bench.autotune {flags} --tunings {args.tunings} --oracle-rounds {args.oracle_rounds} "
+               f"--passes {' '.join(args.passes)}").replace("  ", " ")
+    head = ["| layer | oracle best (ms) | 2nd best gap |"]
+    for c in conditions:
+        head.append(f" {c}: chosen (each tuning) | regret | cost in runs |")
+    lines = [header("autotune: regret, tuning cost and dispatch overhead on the CPU"),
+             f"Command: `{command}`. Algorithms: {', '.join(ALGORITHMS)}. Conditions: "
+             + ", ".join({"quiet": "quiet (nothing else started)",
+                          "neighbour": "neighbour (a pure-Python busy loop on one core during the tunings)"}[c]
+                         for c in conditions)
+             + ". The oracle re-times every candidate quietly. Each tuning writes into the caller's buffer (out=). "
+             "Regret: the worst of the layer's tunings; cost: the median over its tunings but the first.\n",
+             "".join(head) + " heuristic (regret) | first tuning s |",
+             "|---" * (5 + 3 * len(conditions)) + "|"]
+    lines += [row_line(name, op, r, conditions) for (name, op), r in rows.items()]
+    for c in conditions:
+        lines += ["", f"## Totals: {c}", ""] + totals(list(rows.values()), c)
+    heur = [r["heuristic_regret"] for r in rows.values()]
+    lines.append(f"\nRegret of the heuristic's choice (benchmark off): median {np.nanmedian(heur):.1%}, "
+                 f"worst {np.nanmax(heur):.1%}.")
+    lines += ["", "## Dispatch overhead", "",
+              f"A hit of `autotune.<pass>` over `convalgos.<pass>(..., algo=<the choice>)` on `{DISPATCH_LAYER}`, "
+              "difference of the medians of interleaved calls (target <= 10 us); beside it, over "
+              "`convalgos.run(<the choice>, ...)` with the layer's ConvParams built once (no validation at all):", ""]
+    for condition, per_pass in dispatch.items():
+        lines += [f"- {condition}, {op}: **{us:.1f} us** ({algo}): {verdict(us <= DISPATCH_TARGET_US)}; over "
+                  f"convalgos.run {bare:.1f} us" for op, (us, bare, algo) in per_pass.items()]
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true", help=f"only {', '.join(QUICK)}")
-    ap.add_argument("--tunings", type=int, default=3)
-    ap.add_argument("--oracle-rounds", type=int, default=15)
-    ap.add_argument("--output", default=str(RESULTS / "cpu-autotune.md"), help="report file ('-': none)")
+    ap.add_argument("--quick", action="store_true", help=f"only the small layers {', '.join(QUICK)}, 2 tunings, "
+                                                         "3 oracle rounds (a smoke test)")
+    ap.add_argument("--neighbour", action="store_true", help="tune beside a process busy on one core")
+    ap.add_argument("--both", action="store_true", help="tune quietly, then beside the neighbour, per layer")
+    ap.add_argument("--tunings", type=int, default=None, help="tunings per layer and condition (default 3)")
+    ap.add_argument("--oracle-rounds", type=int, default=None, help="interleaved oracle rounds (default 15)")
+    ap.add_argument("--passes", nargs="+", choices=PASSES, default=["forward"])
+    ap.add_argument("--out", type=Path, default=None, help="markdown path (default bench/results/cpu-autotune.md; "
+                                                         "/tmp/cpu-autotune-quick.md with --quick)")
     args = ap.parse_args(argv)
-    layers = {n: ALL_LAYERS[n] for n in QUICK} if args.quick else ALL_LAYERS
-    rows = []
-    for name, p in layers.items():
-        rows.append(measure_layer(name, p, args.tunings, args.oracle_rounds))
-        r = rows[-1]
-        print(f"{name:<28} best {r['best']:<13} chosen {','.join(r['choices']):<40} "
-              f"regret {max(r['regrets']):6.1%}  cost {np.median(r['costs']):5.0f} runs", flush=True)
-    text = report(rows, args)
+    args.tunings = args.tunings or (2 if args.quick else 3)
+    args.oracle_rounds = args.oracle_rounds or (3 if args.quick else 15)
+    out = args.out or (Path("/tmp/cpu-autotune-quick.md") if args.quick else RESULTS / "cpu-autotune.md")
+    conditions = ["quiet", "neighbour"] if args.both else ["neighbour"] if args.neighbour else ["quiet"]
+    layers = QUICK if args.quick else ALL_LAYERS
+    neighbour = Neighbour()
+    try:
+        rows = {}
+        for name, p in layers.items():
+            for op in args.passes:
+                rows[(name, op)] = r = measure_layer(p, op, args.tunings, args.oracle_rounds, neighbour, conditions)
+                print(f"{name:<28} {op:<16} best {r['best']:<13} "
+                      + "  ".join(f"{c}: {','.join(r[c]['choices'])} regret {max(r[c]['regrets']):.1%}"
+                                  for c in conditions), flush=True)
+        dispatch = {}
+        for c in conditions:
+            with neighbour.busy() if c == "neighbour" else contextlib.nullcontext():
+                dispatch[c] = dispatch_overhead(200 if args.quick else 2000)
+    finally:
+        neighbour.close()
+    text = report(rows, conditions, dispatch, args)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
     print(text)
-    if args.output != "-":
-        with open(args.output, "w") as f:
-            f.write(text)
+    print(f"wrote {out}")
 
 
 if __name__ == "__main__":
