@@ -97,8 +97,14 @@ def tune(p, op, a, b, out, benchmark=True):
 
 
 def oracle(p, op, a, b, out, names, rounds: int) -> dict:
+    """name -> median seconds of each of ``names``, interleaved: ``rounds`` rounds, more while under 0.5 s."""
     calls = {n: (lambda a_=ALGORITHMS[n]: convalgos.run(a_, op, a, b, p, out)) for n in names}
-    return {n: measure.median(s) for n, s in measure.interleaved(calls, rounds).items()}
+    return {n: measure.median(s) for n, s in measure.interleaved(calls, rounds, min_seconds=0.5).items()}
+
+
+def disturbed(neighbour, condition: str):
+    """The context of a condition: the neighbour busy for "neighbour", nothing for "quiet"."""
+    return neighbour.busy() if condition == "neighbour" else contextlib.nullcontext()
 
 
 def cost(entry, own: float) -> dict:
@@ -114,7 +120,7 @@ def measure_layer(p, op, tunings: int, rounds: int, neighbour, conditions) -> di
     a, b, out = operands(p, op)
     entries = {}
     for condition in conditions:
-        with neighbour.busy() if condition == "neighbour" else contextlib.nullcontext():
+        with disturbed(neighbour, condition):
             entries[condition] = [tune(p, op, a, b, out) for _ in range(tunings)]
     every = [e for es in entries.values() for e in es]
     times = oracle(p, op, a, b, out, sorted({n for e in every for n in e.times}), rounds)
@@ -258,7 +264,7 @@ def main(argv=None):
     out = args.out or (Path("/tmp/cpu-autotune-quick.md") if args.quick else RESULTS / "cpu-autotune.md")
     conditions = ["quiet", "neighbour"] if args.both else ["neighbour"] if args.neighbour else ["quiet"]
     layers = QUICK if args.quick else ALL_LAYERS
-    neighbour = Neighbour()
+    neighbour = Neighbour() if "neighbour" in conditions else None
     try:
         rows = {}
         for name, p in layers.items():
@@ -269,10 +275,11 @@ def main(argv=None):
                                   for c in conditions), flush=True)
         dispatch = {}
         for c in conditions:
-            with neighbour.busy() if c == "neighbour" else contextlib.nullcontext():
+            with disturbed(neighbour, c):
                 dispatch[c] = dispatch_overhead(200 if args.quick else 2000)
     finally:
-        neighbour.close()
+        if neighbour is not None:
+            neighbour.close()
     text = report(rows, conditions, dispatch, args)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(text)
