@@ -22,9 +22,10 @@ The backward passes are the same sum read the other way round, on the phase imag
 - backward_data. For a real kernel, conj(Wf) is the spectrum of wf reversed, i.e. of w_ph shifted back by
   Rq - 1: multiplying dy's spectrum by the conjugate kernel spectrum turns the forward's correlation into
   the convolution above, and the channel GEMM runs transposed, K -> C per group:
-      DX[f, c, n] = sum_k conj(Wf[f, k, c]) DY[f, k, n]     (F, G, Csg, Kg) @ (F, G, Kg, P), the kernel's view
-  dy enters the tile shifted down by Rq - 1 rows (Sq - 1 columns), so the tile's pixel m is dx_ph[m], exact
-  for T >= Ho + Rq - 1. Identity: at stride 1 this is a forward convolution of dy (padded by R - 1) with the
+      DX[f, c, n] = sum_k conj(Wf[f, k, c]) DY[f, k, n]     (F, G, Csg, Kg) @ (F, G, Kg, P)
+  (the kernel's DFT is taken with K and C already swapped, so the GEMM reads it contiguously). dy enters the
+  tile shifted down by Rq - 1 rows (Sq - 1 columns), so the tile's pixel m is dx_ph[m], exact for
+  T >= Ho + Rq - 1 (one tile: dy sits between zeros) or for m < T - Rq + 1 (overlapping tiles). Identity: at stride 1 this is a forward convolution of dy (padded by R - 1) with the
   kernel flipped and its K and C swapped. The phase images are scattered back into dx (phase channel
   (c, ph, pw), pixel m is padded row m*sh + ph), the padding cropped, and every pixel no output reads (cut by
   the stride, between dilated taps, past the last output) written as an exact zero, as torch does.
@@ -141,16 +142,19 @@ def real_dft_along_rows(T: int, taps: int, dtype: str) -> np.ndarray:
     return np.block([[cos, sin], [-sin, cos]])
 
 
-def kernel_spectrum(w: np.ndarray, p: ConvParams, t: TilePlan, workspace, conjugate: bool = False) -> np.ndarray:
-    """(F, G, Kg, Csg) spectrum of the flipped phase kernel (its conjugate if ``conjugate``), as a pruned 2-D
-    DFT by two real GEMMs.
+def kernel_spectrum(w: np.ndarray, p: ConvParams, t: TilePlan, workspace, op: str = "forward") -> np.ndarray:
+    """(F, G, Kg, Csg) spectrum of the flipped phase kernel, as a pruned 2-D DFT by two real GEMMs; for
+    backward_data its conjugate, laid out (F, G, Csg, Kg) (K and C swapped) for the transposed channel GEMM.
 
     The kernel is tiny (Rq x Sq taps) in a Th x Tw tile, so instead of batched FFTs of many short mostly-zero
     signals: (re; im) of the rfft along S is cos/sin (Fw x Sq) @ kernel, then the DFT along R is one real GEMM
     of the (2Th x 2Rq) matrix ``real_dft_along_rows`` with the stacked (re; im) rows.
     """
     Fw, KCs, dt = t.Tw // 2 + 1, p.K * p.Cg * t.sh * t.sw, p.compute_dtype
-    kernel = phase_kernel(w, p, t).reshape(t.Rq, t.Sq, KCs)
+    kernel = phase_kernel(w, p, t)
+    if op == "backward_data":
+        kernel = kernel.reshape(t.Rq, t.Sq, p.groups, p.Kg, -1).swapaxes(3, 4)
+    kernel = kernel.reshape(t.Rq, t.Sq, KCs)          # a copy when transposed
     cos, sin = dft_matrices(t.Tw, t.Sq, Fw, dt)
     rows = workspace.get("fft.kernel_rows", (2, t.Rq, Fw, KCs), dt)
     np.matmul(cos, kernel, out=rows[0])
@@ -160,8 +164,9 @@ def kernel_spectrum(w: np.ndarray, p: ConvParams, t: TilePlan, workspace, conjug
     spectrum = workspace.get("fft.kernel", (t.freqs, KCs), np.result_type(dt, np.complex64))
     spectrum.real = planar[:t.Th].reshape(t.freqs, KCs)
     spectrum.imag = planar[t.Th:].reshape(t.freqs, KCs)
-    if conjugate:
+    if op == "backward_data":
         np.negative(spectrum.imag, out=spectrum.imag)
+        return spectrum.reshape(t.freqs, p.groups, -1, p.Kg)
     return spectrum.reshape(t.freqs, p.groups, p.Kg, -1)
 
 
@@ -224,7 +229,7 @@ class FFT(Algorithm):
     def backward_data(self, dy, w, p, out):
         op = "backward_data"
         t, chunk = self.plan(p, op), self.batch_chunk(p, op)
-        kernel = kernel_spectrum(w, p, t, self.workspace, conjugate=True).swapaxes(-1, -2)   # (F, G, Csg, Kg)
+        kernel = kernel_spectrum(w, p, t, self.workspace, op)          # conj(Wf) as (F, G, Csg, Kg)
         (Hp, Wp), (Ho, Wo), (sh, sw), (dh, dw) = p.padded_hw, p.out_hw, p.stride, p.dilation
         (top, _), (left, _) = p.padding
         rows = phase_map(p.H, top, Hp, Ho, sh, p.R, dh, t.mh)

@@ -25,7 +25,8 @@ multiply-add 8, a complex add 2.
   8*Rq*Fw*(Th + Sq) per (k, phase channel) (two complex GEMMs: Rq x Th over row bins, Sq x Fw over columns).
 
 Workspace (``plan_workspace_bytes``): the sum of every array a pass makes for one batch chunk (the live peak is
-a little lower), named in ``plan_sizes``. forward and backward_data both make the kernel's taps, its row DFT,
+a little lower), named in ``plan_sizes``. forward and backward_data both make the kernel's taps (backward_data
+one more copy, transposed), its row DFT,
 its planar and interleaved spectra, and the real tiles, spectra, product and inverse of Cs*P and K*P tiles (in
 swapped roles); backward_filter makes the tiles and spectra of x and dy, the accumulated spectrum (and a
 product buffer when the batch has several chunks), the lag rows (Rq x Fw) and lags (Rq x Sq) of the pruned
@@ -119,7 +120,9 @@ def plan_sizes(p: ConvParams, t: TilePlan, op: str = "forward", chunks: int = 1)
         return dict(tiles, dw_spectrum_complex=F * p.K * Csg, dw_product_complex=F * p.K * Csg * (chunks > 1),
                     lag_rows_complex=t.Rq * Fw * p.K * Csg, lags_complex=t.Rq * t.Sq * p.K * Csg,
                     dw_picked_real=p.K * p.Cg * p.R * p.S)
-    kernel = dict(kernel_taps_real=2 * t.Rq * t.Sq * p.K * Csg, kernel_rows_complex=t.Rq * Fw * p.K * Csg,
+    transposed = op == "backward_data"           # backward_data copies the taps once more, K and C swapped
+    kernel = dict(kernel_taps_real=(2 + transposed) * t.Rq * t.Sq * p.K * Csg,
+                  kernel_rows_complex=t.Rq * Fw * p.K * Csg,
                   kernel_planar_complex=F * p.K * Csg, kernel_complex=F * p.K * Csg)
     return dict(kernel, **tiles)
 
