@@ -17,7 +17,7 @@ and each bin's GEMM multiplies by all tiles at once (64x64 by 64x36 on that laye
 no longer grows with the image's FFT length but with the number of tiles, and it is far smaller on large
 images (the tests check it).
 
-Tile size: T is the one of TILE_SIZES (fast FFT lengths) that minimises the FLOP count of ``fft.plan_flops``,
+Tile size: T is the one of TILE_SIZES (fast FFT lengths) that minimises the FLOP count of ``fft_plan.plan_flops``,
 among those with T >= the phase kernel extent (so mh, mw >= 1). Measured (one thread, CPU ms, every T timed):
 the FLOP choice was the fastest or within 5% of it on 64->64 7x7 56x56 (T=16: 17 ms; T=12 22, T=24 23),
 64->64 11x11 56x56 (T=24: 25 ms; T=16 41, T=32 31), AlexNet conv1 (T=16: 7.5 ms; T=8 8.0, T=24 11.7),
@@ -29,10 +29,13 @@ and GEMMs in the same order on every call.
 
 Backward passes: the same overlap-save tiles in the same T x T transforms (see ``fft`` for the maths).
 backward_data's tiles yield mh x mw = T - Rq + 1 x T - Sq + 1 pixels of the phase images of dx, each tile
-reading dy from Rq - 1 rows (Sq - 1 columns) above its first pixel; backward_filter's tiles are mh x mw
-pixels of dy, each correlated with the (mh + Rq - 1) x (mw + Sq - 1) region of x its outputs read, and the
-products of all tiles of all images are summed in the frequency domain (the contraction of the per-bin GEMM)
-before one inverse transform of the Rq x Sq lags. T is chosen per pass by that pass's FLOP count.
+reading dy from Rq - 1 rows (Sq - 1 columns) above its first pixel (a single tile that holds all of dy yields
+all Ho + Rq - 1 rows, as the whole image does); backward_filter's tiles are mh x mw pixels of dy, each
+correlated with the (mh + Rq - 1) x (mw + Sq - 1) region of x its outputs read, and the products of all tiles
+of all images are summed in the frequency domain (the contraction of the per-bin GEMM) before one inverse DFT
+at the Rq x Sq lags. T is chosen per pass by that pass's FLOP count. Measured on 64->64 7x7 56x56 at batch 1
+(one thread, loaded machine, ms): backward_data T=16 32, T=24 43 (the FLOP choice: its kernel DFT GEMMs run
+below the FFTs' rate), T=12 54; backward_filter T=16 29 (the choice), T=12 29, T=24 32.
 
 Constraints: refused when the phase kernel extent (ceil(dilation*(R-1)+1) / stride)) exceeds the largest tile,
 or when one image's workspace passes ``workspace_cap()`` (as ``fft``).
