@@ -25,8 +25,9 @@ The backward passes are the same sum read the other way round, on the phase imag
       DX[f, c, n] = sum_k conj(Wf[f, k, c]) DY[f, k, n]     (F, G, Csg, Kg) @ (F, G, Kg, P)
   (the kernel's DFT is taken with K and C already swapped, so the GEMM reads it contiguously). dy enters the
   tile shifted down by Rq - 1 rows (Sq - 1 columns), so the tile's pixel m is dx_ph[m], exact for
-  T >= Ho + Rq - 1 (one tile: dy sits between zeros) or for m < T - Rq + 1 (overlapping tiles). Identity: at stride 1 this is a forward convolution of dy (padded by R - 1) with the
-  kernel flipped and its K and C swapped. The phase images are scattered back into dx (phase channel
+  T >= Ho + Rq - 1 (one tile: dy sits between zeros) or for m < T - Rq + 1 (overlapping tiles). Identity: at
+  stride 1 this is a forward convolution of dy (padded by R - 1) with the kernel flipped and its K and C
+  swapped. The phase images are scattered back into dx (phase channel
   (c, ph, pw), pixel m is padded row m*sh + ph), the padding cropped, and every pixel no output reads (cut by
   the stride, between dilated taps, past the last output) written as an exact zero, as torch does.
 - backward_filter. dy plays the kernel: the identity is dw = a forward convolution of x with dy as the
@@ -37,8 +38,8 @@ The backward passes are the same sum read the other way round, on the phase imag
   contraction of one complex GEMM per bin, (Kg x P) @ (P x Csg), accumulated over batch chunks in the
   frequency domain. One inverse DFT at the end, evaluated only at the Rq x Sq lags (offset mh - 1, the flipped
   tile's length) by two complex GEMMs, the transpose of the kernel's pruned DFT: inverse FFTs of the K*Csg
-  whole planes took 738 of 770 ms on a 64->64 7x7 56x56 layer at batch 1 (one thread), for 49 values per
-  plane. Tap (r, s) is then read from the lags of its phase channel. This is where FFT is at home:
+  whole planes, for 49 values per plane, were nearly all of the pass on a 64->64 7x7 56x56 layer at batch 1
+  (about 0.7 s, one thread, loaded machine; the pruned inverse about 0.085 s). Tap (r, s) is then read from the lags of its phase channel. This is where FFT is at home:
   the "kernel" is the whole dy plane, so the transform replaces Ho*Wo multiply-adds per tap, not R*S.
 
 The data path (every pass): gather (Numba) padding, phases and tiles into a reused real buffer laid out
