@@ -39,8 +39,9 @@ The backward passes are the same sum read the other way round, on the phase imag
   frequency domain. One inverse DFT at the end, evaluated only at the Rq x Sq lags (offset mh - 1, the flipped
   tile's length) by two complex GEMMs, the transpose of the kernel's pruned DFT: inverse FFTs of the K*Csg
   whole planes, for 49 values per plane, were nearly all of the pass on a 64->64 7x7 56x56 layer at batch 1
-  (about 0.7 s, one thread, loaded machine; the pruned inverse about 0.085 s). Tap (r, s) is then read from the lags of its phase channel. This is where FFT is at home:
-  the "kernel" is the whole dy plane, so the transform replaces Ho*Wo multiply-adds per tap, not R*S.
+  (about 0.7 s, one thread, loaded machine; the pruned inverse about 0.085 s). Tap (r, s) is then read from
+  the lags of its phase channel. This is where FFT is at home: the "kernel" is the whole dy plane, so the
+  transform replaces Ho*Wo multiply-adds per tap, not R*S.
 
 The data path (every pass): gather (Numba) padding, phases and tiles into a reused real buffer laid out
 (Th, Tw, channels, P) with P = N * tiles; scipy rfftn over the two leading axes gives (F, channels, P) with
