@@ -99,7 +99,7 @@ def test_float64_is_exact_to_rounding():
 # ---- backward passes against the reference on random layers --------------------------------------------------
 @pytest.mark.parametrize("name", NAMES)
 @pytest.mark.parametrize("op", BACKWARD)
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 @SETTINGS
 @given(layer=layers())
 def test_backward_passes_agree_with_the_reference(name, op, dtype, layer):
