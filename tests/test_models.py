@@ -232,3 +232,22 @@ def test_torch_state_dict_loads_and_gives_the_same_logits(name):
     missing = theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()},
                                      strict=False)
     assert not missing.unexpected_keys and all(k.endswith("num_batches_tracked") for k in missing.missing_keys)
+
+
+# ---- torch tensors in, torch tensors out ---------------------------------------------------------------------
+def test_models_take_torch_tensors_zero_copy():
+    torch = pytest.importorskip("torch")
+    net = models.lenet5(tuner=autotune.Tuner())
+    x = torch.randn(2, 1, 32, 32)
+    y = net(x)
+    assert isinstance(y, torch.Tensor) and y.dtype == torch.float32 and y.shape == (2, 10)
+    np.testing.assert_array_equal(y.numpy(), net(x.numpy()))
+    assert nn.Flatten()(x).data_ptr() == x.data_ptr()                  # read in place, handed back in place
+    net.train()
+    loss_fn = nn.CrossEntropyLoss()
+    loss = loss_fn(net(x), torch.tensor([1, 2]))
+    grad = loss_fn.backward()
+    assert isinstance(loss, float) and isinstance(grad, torch.Tensor)
+    dx = net.backward(grad, input_grad=True)
+    assert isinstance(dx, torch.Tensor) and dx.shape == x.shape
+    net.load_state_dict({k: torch.from_numpy(v) for k, v in net.state_dict().items()})

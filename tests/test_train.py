@@ -1,24 +1,29 @@
 """Training: one SGD step of every model against the same model in torch, the optimizer against torch's, and
-the training API's contracts (modes, gradients, errors, torch tensors, the digits data set).
+the training API's contracts (modes, gradients, errors, the digits data set).
 
-Conditioning decides the dtype of the model comparison. mobilenet_v1 at 32x32 (batch 2) is ill-conditioned at
-initialisation: its last BatchNorms see 2 values per channel, and torch's OWN float32 gradients differ from its
-float64 ones by 2e-2 to 5e-1 normwise (3e-5 to 4e-3 at 64x64; measured over three seeds). No float32
-implementation can then agree with torch's float32 to 1e-4, so that model is compared in float64, where every
-algorithm is exact to ~1e-12; resnet18 is compared in float32 at 64x64, where torch's float32 error is ~2e-5.
+Conditioning decides the dtype of the model comparison. mobilenet_v1 at small sizes is ill-conditioned at
+initialisation (its last BatchNorms see a handful of values per channel): with BatchNorm parameters drawn as
+here, torch's OWN float32 gradients differ from its float64 ones by 2e-2 to 5e-1 normwise at 32x32 and by
+1e-4 to 3e-4 at 64x64 (batch 2, three seeds measured). No float32 implementation can then agree with torch's
+float32 to 1e-4, so that model is compared in float64, where every algorithm is exact to ~1e-12. resnet18 is
+compared in float32 at 64x64, where torch's float32 error is ~2e-5 (at 32x32 it is 2e-2 and more).
 """
 import numpy as np
 import pytest
 
 import autotune
 from autotune import models, nn, optim
-from convalgos.reference import normwise_error
 
 #: model -> (dtype, input (C, H, W)); batch 2 everywhere.
 STEP_CASES = {"lenet5": ("float32", (1, 32, 32)), "resnet20": ("float32", (3, 32, 32)),
               "resnet18": ("float32", (3, 64, 64)), "vgg16": ("float32", (3, 32, 32)),
               "mobilenet_v1": ("float64", (3, 32, 32))}
 TOL = 1e-4
+
+
+def normwise(a, b) -> float:
+    """max|a - b| / max|b| in the arrays' own dtype (VGG-16's 138M parameters make float64 copies slow)."""
+    return float(np.abs(a - b).max() / max(np.abs(b).max(), np.finfo(b.dtype).tiny))
 
 
 def replay(mask, torch):
@@ -71,10 +76,10 @@ def test_one_training_step_matches_torch(name):
     assert abs(loss - their_loss.item()) <= TOL * abs(their_loss.item())
     grads = ours.grad_dict()
     assert list(grads) == list(their_grads) == [k for k, _ in ours.named_parameters()]
-    errors = {k: normwise_error(grads[k], their_grads[k]) for k in grads}
+    errors = {k: normwise(grads[k], their_grads[k]) for k in grads}
     assert max(errors.values()) <= TOL, sorted(errors.items(), key=lambda kv: -kv[1])[:3]
     state = theirs.state_dict()
-    errors = {k: normwise_error(v, state[k].numpy()) for k, v in ours.state_dict().items()}
+    errors = {k: normwise(v, state[k].numpy()) for k, v in ours.state_dict().items()}
     assert max(errors.values()) <= TOL, sorted(errors.items(), key=lambda kv: -kv[1])[:3]
     assert all(v.dtype == np.dtype(dtype) for v in ours.state_dict().values())
 
@@ -246,25 +251,6 @@ def test_cross_entropy_errors():
         loss_fn(np.zeros((2, 3)), np.array([0.0, 1.0]))
     with pytest.raises(ValueError, match=r"logits must be \(N, classes\)"):
         loss_fn(np.zeros(3), np.array([0]))
-
-
-# ---- torch tensors in, torch tensors out ---------------------------------------------------------------------
-def test_models_take_torch_tensors_zero_copy():
-    torch = pytest.importorskip("torch")
-    net = models.lenet5(tuner=autotune.Tuner())
-    x = torch.randn(2, 1, 32, 32)
-    y = net(x)
-    assert isinstance(y, torch.Tensor) and y.dtype == torch.float32 and y.shape == (2, 10)
-    np.testing.assert_array_equal(y.numpy(), net(x.numpy()))
-    assert nn.Flatten()(x).data_ptr() == x.data_ptr()                  # read in place, handed back in place
-    net.train()
-    loss_fn = nn.CrossEntropyLoss()
-    loss = loss_fn(net(x), torch.tensor([1, 2]))
-    grad = loss_fn.backward()
-    assert isinstance(loss, float) and isinstance(grad, torch.Tensor)
-    dx = net.backward(grad, input_grad=True)
-    assert isinstance(dx, torch.Tensor) and dx.shape == x.shape
-    net.load_state_dict({k: torch.from_numpy(v) for k, v in net.state_dict().items()})
 
 
 # ---- the digits data set -------------------------------------------------------------------------------------
