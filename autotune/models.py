@@ -14,7 +14,8 @@ size it was designed for. Models start in eval mode (inference); ``model.train()
 Architectures and names:
 
 - ``lenet5``: 1x32x32 -> conv1 (6, 5x5) relu pool1 -> conv2 (16, 5x5) relu pool2 -> fc1 120 -> fc2 84 -> fc3.
-  ReLU and 2x2 max pooling (the modern variant of LeCun 1998's tanh and subsampling).
+  ReLU and 2x2 max pooling (the modern variant of LeCun 1998's tanh and subsampling). scikit-learn's 8x8
+  digits meet its 32x32 input through ``autotune.data.load_digits``, which upsamples them 4x (bilinear).
 - ``resnet20``: CIFAR ResNet (He et al. 2016, section 4.2), 3x32x32: conv1 3x3 16, then layer1..layer3 of
   3 BasicBlocks with 16/32/64 channels (the first block of layer2, layer3 with stride 2), global average
   pool, fc. The shortcut where the shape changes is option B (a 1x1 strided conv and BatchNorm, named
