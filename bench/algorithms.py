@@ -59,16 +59,16 @@ def torch_pass(p, op, x, w, dy):
                                                        False, (0, 0), p.groups, mask)
 
 
-def time_pass(p, op, x, w, dy, rounds: int) -> tuple[dict, set]:
-    """(name -> median seconds of pass ``op`` of p for every algorithm that supports it and torch, the names
-    timed once only)."""
+def time_pass(p, op, x, w, dy, rounds: int, *, peer=True, slow=SLOW) -> tuple[dict, set]:
+    """(name -> median seconds of pass ``op`` of p for every algorithm that supports it, and torch's with
+    ``peer``; the names over ``slow`` times the fastest, timed once only)."""
     a, b = {"forward": (x, w), "backward_data": (dy, w), "backward_filter": (x, dy)}[op]
     calls = {}
     for name, algorithm in ALGORITHMS.items():
         if algorithm.supports(p, op):
             out = np.empty(p.result_shape(op), np.float32)
             calls[name] = (lambda algorithm=algorithm, out=out: convalgos.run(algorithm, op, a, b, p, out))
-    theirs = torch_pass(p, op, x, w, dy)
+    theirs = torch_pass(p, op, x, w, dy) if peer else None
     if theirs is not None:
         calls["torch"] = theirs
     timer = measure.Timer()
@@ -76,7 +76,7 @@ def time_pass(p, op, x, w, dy, rounds: int) -> tuple[dict, set]:
         fn()                                        # compilation, first touch of the buffers
     first = {name: timer.time(fn) for name, fn in calls.items()}
     fastest = min(first.values())
-    once = {name for name, t in first.items() if t > SLOW * fastest}
+    once = {name for name, t in first.items() if t > slow * fastest}
     samples = measure.interleaved({n: fn for n, fn in calls.items() if n not in once}, rounds, warmup=0,
                                   min_seconds=0.3)
     times = {name: measure.median(s) for name, s in samples.items()}

@@ -1,18 +1,22 @@
 """Re-measure the heuristic rules and write ``autotune/heuristics.json`` (the CPU's rules, per pass).
 
-    python -m bench.heuristics [--quick] [--passes forward backward_data backward_filter] [--out PATH]
+    python -m bench.heuristics [--passes forward backward_data backward_filter] [--out PATH]
+    python -m bench.heuristics --quick     # one layer per class, 3 rounds, to /tmp/heuristics-quick.json
 
 For each pass and each layer class (most specific first) it times every algorithm that supports the pass on
-the class's representative layers (interleaved rounds, medians), scores each algorithm by the geometric mean over those layers of its time
-divided by the layer's best time (layers it does not support are left out of its mean), and writes the
-class's rule: the algorithms from best score to worst. A last rule with no condition, ranked over every
-representative layer, is the default. ``autotune.heuristics`` reads the rules: first match wins.
+the class's representative layers (``bench.algorithms.time_pass``: interleaved rounds, medians; an algorithm
+over ``SLOW`` times the fastest is timed once), scores each algorithm by the geometric mean over those layers
+of its time divided by the layer's best time (layers it does not support are left out of its mean), and
+writes the class's rule: the algorithms from best score to worst. A last rule with no condition, ranked over
+every representative layer, is the default. ``autotune.heuristics`` reads the rules, per device and pass:
+first match wins. The other devices' rules in the file (the GPU's) and the passes not re-measured are kept.
 """
 from __future__ import annotations
 
 import argparse
 import datetime
 import json
+import os
 
 import numpy as np
 
@@ -20,7 +24,7 @@ import convalgos
 from convalgos import PASSES
 from autotune.cache import fingerprint
 from autotune.heuristics import DEFAULT_PATH
-from bench.common import interleaved_medians
+from bench.algorithms import arrays, time_pass
 from bench.layers import layer
 
 THREE = {"kernel": [3, 3], "stride": [1, 1], "dilation": [1, 1]}
@@ -46,15 +50,15 @@ CLASSES = [
 ]
 
 
+#: an algorithm over this many times the fastest is timed once: three times the tuner's default prune_ratio,
+#: so every algorithm the scores could prune is measured in full.
+SLOW = 30.0
+
+
 def layer_times(p, op: str, rounds: int) -> dict:
     """Median seconds of every algorithm that supports pass ``op`` of layer p."""
-    rng = np.random.default_rng(0)
-    x, w, dy = (rng.standard_normal(shape).astype(p.dtype) for shape in (p.in_shape, p.weight_shape, p.out_shape))
-    a, b = {"forward": (x, w), "backward_data": (dy, w), "backward_filter": (x, dy)}[op]
-    out = np.empty(p.result_shape(op), p.dtype)
-    fns = {name: (lambda algorithm=algorithm: convalgos.run(algorithm, op, a, b, p, out))
-           for name, algorithm in convalgos.ALGORITHMS.items() if algorithm.supports(p, op)}
-    return interleaved_medians(fns, rounds=rounds)
+    x, w, dy = arrays(p)
+    return time_pass(p, op, x, w, dy, rounds, peer=False, slow=SLOW)[0]
 
 
 def ranking(times_per_layer: list) -> list:
@@ -85,14 +89,15 @@ def pass_rules(op: str, rounds: int, quick: bool) -> list:
 
 
 def measure(rounds: int, quick: bool, passes=PASSES, old=None) -> dict:
-    """The heuristics file with the passes in ``passes`` re-measured; the other passes' rules kept from ``old``
-    (an unmeasured pass has none: the tuner then ranks by FLOPs)."""
-    kept = (old or {}).get("devices", {}).get("cpu", {})
-    cpu = {op: pass_rules(op, rounds, quick) if op in passes else kept.get(op, []) for op in PASSES}
+    """The heuristics file with the CPU's passes in ``passes`` re-measured; the other passes' rules and the other
+    devices' are kept from ``old`` (an unmeasured pass has none: the tuner then ranks by FLOPs)."""
+    devices = dict((old or {}).get("devices", {}))
+    kept = devices.get("cpu", {})
+    devices["cpu"] = {op: pass_rules(op, rounds, quick) if op in passes else kept.get(op, []) for op in PASSES}
     return {"schema": 2, "produced_by": "python -m bench.heuristics" + (" --quick" if quick else ""),
             "measured": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": fingerprint(), "convalgos": convalgos.__version__,
-            "score": "geometric mean of time / best time over the class's layers", "devices": {"cpu": cpu}}
+            "score": "geometric mean of time / best time over the class's layers", "devices": devices}
 
 
 def main(argv=None):
@@ -100,10 +105,11 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="one layer per class, 3 rounds")
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--passes", nargs="+", choices=PASSES, default=list(PASSES))
-    ap.add_argument("--out", default=DEFAULT_PATH)
+    ap.add_argument("--out", default=None, help=f"default {DEFAULT_PATH}; /tmp/heuristics-quick.json with --quick")
     args = ap.parse_args(argv)
+    args.out = args.out or ("/tmp/heuristics-quick.json" if args.quick else DEFAULT_PATH)
     try:
-        with open(args.out) as f:
+        with open(args.out if os.path.exists(args.out) else DEFAULT_PATH) as f:
             old = json.load(f)
     except (OSError, ValueError):
         old = None
