@@ -74,6 +74,15 @@ def noise(samples) -> float:
     return float(np.median(np.abs(s - med)) / med / np.sqrt(len(s)))
 
 
+def without_spikes(samples, ratio: float, floor: float = float("inf")) -> list:
+    """The runs that are not spikes: at most ``ratio`` times the fastest of ``samples`` and ``floor`` (say, a
+    warm-up run, which is never faster than a clean run). On a shared machine noise only adds time (another
+    process takes the core, a page fault, a cache flushed), so the fastest run is the floor of the true time
+    and a run far above it was disturbed. Empty when every one of ``samples`` is a spike beside ``floor``."""
+    low = min(min(samples, default=floor), floor)
+    return [t for t in samples if t <= ratio * low]
+
+
 def tied_with_fastest(samples: dict, tie_tolerance: float) -> list:
     """The names whose median is within the measured noise (at least ``tie_tolerance``) of the fastest median,
     fastest first."""

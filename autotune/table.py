@@ -119,7 +119,7 @@ class Entry:
                              f"tie-break (deterministic, then smaller workspace, smaller error, name)")
             output = ("each allocating a fresh output (the call had no out=)" if self.fresh_output
                       else "each writing into the caller's out= buffer")
-            lines.append(f"  times: medians of interleaved runs, {output}")
+            lines.append(f"  times: medians of interleaved runs less spikes, {output}")
             lines.append(f"    {'algorithm':<15}{'median ms':>11}{'runs':>6}{'spikes':>7}{'first call ms':>15}"
                          f"{'error':>10}{'workspace MiB':>15}")
             for name in sorted(self.times, key=self.times.get):

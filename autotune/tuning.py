@@ -3,7 +3,8 @@
 1. Candidates: every algorithm of the device's registry whose ``supports(p, op)`` holds, minus the
    non-deterministic ones when ``deterministic``, minus those over ``workspace_limit``; ranked by the
    heuristic; ``benchmark_limit`` keeps the best ranked N; ``prune_ratio`` drops those the heuristic's
-   measurements found that many times slower than the best of the layer's class. Every exclusion is recorded
+   measurements found that many times slower than the best of the layer's class (every candidate costs at
+   least two of its runs, so one 20x slower costs 40 runs of the winner). Every exclusion is recorded
    with its reason. When nothing fits the workspace limit, the error names the smallest workspace that would.
 2. Each candidate runs once on the real operands as a warm-up (JIT compilation included, reported apart) and
    its result is checked against the float64 reference (``measure.ReferenceCheck``); one outside its
@@ -16,8 +17,10 @@
    stops (it cannot tie the best, so its median needs no more precision). The others run until their median
    is known to ``precision`` (MAD/median/sqrt(runs)), at least ``min_runs``, or until the timed rounds have
    cost ``cost_cap`` times the best median (or ``time_budget`` seconds); then they complete ``min_runs``.
-4. The runner-up, when it was dropped on fewer than ``min_runs`` runs, is re-timed beside the leader: a margin
-   that rests on few runs is checked before it decides.
+4. Re-timing: a leader with fewer than ``min_runs`` clean runs is timed again, and so is the runner-up when it
+   was dropped on fewer (it then gets ``min_runs`` timed runs beside the leader before it is judged again): a
+   margin that rests on few runs is checked before it decides. A candidate's time is the median of its runs
+   that are not spikes (``measure.without_spikes``).
 5. The choice: the fastest median; near-ties (medians within the measured noise, at least ``tie_tolerance``)
    are listed in the entry and go to the deterministic one, then the smaller workspace, then the smaller
    error, then the name, so the choice is stable run to run.
@@ -26,7 +29,7 @@ from __future__ import annotations
 
 from convalgos import UnsupportedError
 
-from .measure import ReferenceCheck, choose, median, noise
+from .measure import ReferenceCheck, choose, median, noise, without_spikes
 from .table import Entry, Key, MiB
 
 
@@ -112,11 +115,12 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     skipped.update(race.failed)
     if not race.samples:
         raise RuntimeError(f"every candidate for {key} was rejected or failed: {skipped}")
-    entry.times = {n: median(s) for n, s in race.samples.items()}
+    clean = race.clean_samples()
+    entry.times = {n: median(s) for n, s in clean.items()}
     entry.runs = {n: len(s) for n, s in race.samples.items()}
     entry.spikes = {n: k for n, k in race.spikes().items() if k}
     entry.abandoned = race.abandoned
-    entry.algo, entry.tied = choose(race.samples, tuner.tie_tolerance, lambda n: (
+    entry.algo, entry.tied = choose(clean, tuner.tie_tolerance, lambda n: (
         not registry[n].deterministic, workspace.get(n, 0), entry.errors.get(n, 0.0), n))
     entry.ranked = [entry.algo] + sorted((n for n in entry.times if n != entry.algo), key=entry.times.get)
     entry.tuning_seconds = timer.now() - start
@@ -137,21 +141,16 @@ def _limit_and_prune(tuner, ranked: list, rule: str, key: Key, skipped: dict, ki
     return [n for n in ranked if n not in skipped]
 
 
-def evidence(runs: list, warmup: float, spike_ratio: float) -> list:
-    """The runs that count: the timed runs and the warm-up, less spikes (over ``spike_ratio`` x the fastest)."""
-    every = runs + [warmup]
-    floor = min(every)
-    return [t for t in every if t <= spike_ratio * floor]
-
-
 class Race:
-    """Interleaved timed rounds over the candidates that passed the check (steps 3 and 4)."""
+    """Interleaved timed rounds over the candidates that passed the check (steps 3 and 4). A candidate's
+    typical time is the median of its runs that are not spikes (``measure.without_spikes``, the warm-up as
+    a floor)."""
 
     def __init__(self, settings, calls: dict, warmup: dict, timer, device, registry: dict):
         self.s, self.calls, self.warmup, self.timer = settings, calls, warmup, timer
         self.device, self.registry = device, registry
         self.samples = {name: [] for name in calls}
-        self.abandoned, self.failed, self.spent, self.retimed = {}, {}, 0.0, set()
+        self.abandoned, self.failed, self.spent, self.retimed, self.retiming = {}, {}, 0.0, set(), None
 
     def run(self) -> None:
         self._rounds(list(self.calls))
@@ -159,19 +158,36 @@ class Race:
             if not self.samples:
                 return
             leader, runner = self.leader(), self._runner_up()
-            if runner is None and len(self.samples[leader]) >= self.s.min_runs:
+            if runner is None and len(self.clean(leader)) >= self.s.min_runs:
                 return
             self.abandoned.pop(runner, None)
             self.retimed.add(runner)
+            self.retiming = runner
             self._rounds([leader] + ([runner] if runner else []))
 
+    def clean(self, name: str) -> list:
+        """The timed runs of ``name`` that are not spikes."""
+        return without_spikes(self.samples[name], self.s.spike_ratio, self.warmup[name])
+
+    def clean_samples(self) -> dict:
+        """name -> its runs that are not spikes (all its runs where every one was)."""
+        return {name: self.clean(name) or self.samples[name] for name in self.samples}
+
+    def typical(self, name: str) -> float:
+        return median(self.clean(name) or self.samples[name])
+
     def leader(self) -> str:
-        return min(self.samples, key=lambda n: median(self.samples[n]))
+        return min(self.samples, key=self.typical)
 
     def spikes(self) -> dict:
         """name -> how many of its timed runs were spikes."""
-        ratio = self.s.spike_ratio
-        return {n: sum(t > ratio * min(s + [self.warmup[n]]) for t in s) for n, s in self.samples.items()}
+        return {name: len(runs) - len(self.clean(name)) for name, runs in self.samples.items()}
+
+    def _evidence(self, name: str) -> int:
+        """How many runs, the warm-up among them, are not spikes."""
+        runs, warm = self.samples[name], self.warmup[name]
+        low = min(runs + [warm])
+        return sum(t <= self.s.spike_ratio * low for t in runs + [warm])
 
     def _time(self, name: str) -> None:
         try:
@@ -193,34 +209,38 @@ class Race:
             done += 1
             if not self.samples:
                 return
-            best, leader = min(median(s) for s in self.samples.values()), self.leader()
+            leader = self.leader()
+            best = self.typical(leader)
             over = self.spent >= min(self.s.time_budget, self.s.cost_cap * best)
             active = [n for n in active if n in self.samples and self._continues(n, leader, best, over)]
 
     def _continues(self, name: str, leader: str, best: float, over: bool) -> bool:
-        runs = self.samples[name]
-        counted = evidence(runs, self.warmup[name], self.s.spike_ratio)
-        fastest, every = min(counted), runs + [self.warmup[name]]    # fastest: the fastest of every run
+        runs, evidence = self.samples[name], self._evidence(name)
+        every = runs + [self.warmup[name]]
+        fastest = min(every)
+        if name == self.retiming and len(runs) < self.s.min_runs:
+            return True                 # a runner-up re-timed gets min_runs timed runs before it is judged again
         if name != leader and best > 0:
             # two runs that are not spikes, or three runs of any kind, all that slow
-            if (len(counted) >= 2 or len(every) >= 3) and fastest >= self.s.abandon_ratio * best:
+            if (evidence >= 2 or len(every) >= 3) and fastest >= self.s.abandon_ratio * best:
                 self.abandoned[name] = (f"all {len(every)} of its runs (warm-up included) took at least "
                                         f"{fastest / best:.1f}x the best median (abandon_ratio={self.s.abandon_ratio})")
                 return False
-            if len(counted) >= 2 and fastest > self.s.settle_ratio * best:
+            if evidence >= 2 and fastest > self.s.settle_ratio * best:
                 return False            # it cannot tie the best: its median needs no more precision
-        if len(runs) >= self.s.max_runs:
+        clean = self.clean(name)
+        if len(runs) >= self.s.max_runs or (over and len(runs) >= 2 * self.s.min_runs):
             return False
-        return len(runs) < self.s.min_runs or not (over or noise(runs) <= self.s.precision)
+        return len(clean) < self.s.min_runs or not (over or noise(clean) <= self.s.precision)
 
     def _runner_up(self):
-        """The fastest candidate dropped on fewer than ``min_runs`` runs, when within reach of the leader."""
+        """The fastest candidate dropped on fewer than ``min_runs`` clean runs, when within reach of the leader."""
         if len(self.samples) < 2:
             return None
         leader = self.leader()
-        early = [n for n, s in self.samples.items()
-                 if n != leader and len(s) < self.s.min_runs and n not in self.retimed]
+        early = [n for n in self.samples
+                 if n != leader and len(self.clean(n)) < self.s.min_runs and n not in self.retimed]
         if not early:
             return None
         runner = min(early, key=lambda n: min(self.samples[n]))
-        return runner if min(self.samples[runner]) < self.s.abandon_ratio * median(self.samples[leader]) else None
+        return runner if min(self.samples[runner]) < self.s.abandon_ratio * self.typical(leader) else None

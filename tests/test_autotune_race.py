@@ -29,6 +29,12 @@ def test_a_spike_is_recognised_and_does_not_decide():
     assert entry.times["fast"] == pytest.approx(1e-3)
 
 
+def test_runs_that_are_all_spikes_beside_a_clean_warmup_do_not_decide():
+    clock = FakeClock()
+    entry = tuned(clock, fakes(clock, fast=[1e-3, 5e-3, 5e-3, 5e-3, 1e-3], other=2e-3))
+    assert entry.algo == "fast" and entry.spikes["fast"] == 3 and entry.times["fast"] == pytest.approx(1e-3)
+
+
 def test_runner_up_dropped_on_few_runs_is_retimed_beside_the_leader():
     clock = FakeClock()
     # b's warm-up and first run were slow together (a busy neighbour); re-timed, it is the faster
@@ -46,7 +52,8 @@ def test_a_winner_left_with_few_runs_is_retimed():
 def test_clearly_slower_candidate_stops_early_the_best_refines():
     clock = FakeClock()
     entry = tuned(clock, fakes(clock, best=[1e-3, 1e-3, 1.1e-3, 0.9e-3], second=1.5e-3))   # best's runs are noisy
-    assert entry.algo == "best" and entry.runs["second"] == 2 and entry.runs["best"] >= 3
+    # second stops after two runs (warm-up and one timed), then, as the runner-up, is re-timed to min_runs
+    assert entry.algo == "best" and entry.runs["second"] == 3 and entry.runs["best"] >= 3
 
 
 def test_cost_cap_ends_the_race_of_near_ties():

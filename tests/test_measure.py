@@ -86,3 +86,9 @@ def test_reference_check_samples_a_big_layer(op):
     wrong = right.copy()
     wrong[(-1,) * 4] *= 1.5
     assert check.error(wrong) > 1e-3
+
+
+def test_without_spikes_keeps_the_runs_near_the_floor():
+    assert measure.without_spikes([1.0, 1.2, 5.0], 1.5) == [1.0, 1.2]
+    assert measure.without_spikes([3.0, 3.1], 1.5, floor=1.0) == []       # a clean warm-up as the floor
+    assert measure.without_spikes([3.0, 3.1], 1.5, floor=4.0) == [3.0, 3.1]
