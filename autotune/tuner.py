@@ -7,7 +7,7 @@ entries, the report), ``shapes.py`` (changing shapes, patience), ``cache.py`` (t
 ``heuristics.py``.
 
 A hit is lean: the call's arguments (array types, shapes, strides and dtypes, the layer's parameters, the
-flags that enter the key) map through a memo to the layer validated once and its Key, so a hit validates
+flag and the thread count that enter the key) map through a memo to the layer validated once and its Key, so a hit validates
 nothing again; then one table look-up and the run.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ import contextlib
 import os
 import threading
 
+import numba
 import numpy as np
 
 from convalgos import PASSES, ConvParams
@@ -186,7 +187,7 @@ class Tuner:
         """(device, layer, key, result shape) of a call: from the memo, else validated and remembered."""
         try:
             memo = (op, spec, _signature(a), _signature(b), None if bias is None else _signature(bias), stride,
-                    padding, dilation, groups, self.deterministic)
+                    padding, dilation, groups, self.deterministic, numba.get_num_threads())
             found = self._memo.get(memo)
         except (TypeError, AttributeError):     # unhashable arguments or non-arrays: validate() says what is wrong
             memo = found = None

@@ -2,6 +2,7 @@
 asserted)."""
 import threading
 
+import numba
 import numpy as np
 import pytest
 
@@ -74,6 +75,14 @@ def test_key_holds_layout_dtype_deterministic_flag():
         t.conv2d(x, w)
     keys = [e.key for e in t.dispatch_table()]
     assert len(set(keys)) == 4 and {k.layout for k in keys} == {"contiguous", "strided"}
+    if numba.config.NUMBA_NUM_THREADS > 1:      # the thread count in use enters the key, after a first call too
+        before = numba.get_num_threads()
+        try:
+            numba.set_num_threads(1)
+            t.conv2d(x, w)
+        finally:
+            numba.set_num_threads(before)
+        assert t.dispatch_table().entries[-1].key.threads == 1 and len(t.dispatch_table()) == 5
 
 
 def test_benchmark_limit_times_only_the_best_ranked():
