@@ -17,6 +17,15 @@ An algorithm answers, for a layer (``ConvParams``) and a pass ``op``:
 - and computes the pass: ``forward(x, w, p, y)``, ``backward_data(dy, w, p, dx)``, ``backward_filter(x, dy, p,
   dw)``, each writing every element of its contiguous result.
 
+Prepared weights. Some algorithms first turn the weight into a form of their own (Winograd's U = G w G^T,
+FFT's kernel spectra), on every call. ``prepare(w, p, op)`` does that once and returns a ``Prepared``;
+``convalgos.run(..., prepared=)`` then skips the transform, until the weights change. Inference amortises the
+transform over every call; training pays it every step, since every step changes the weights (the measured
+share of each algorithm's call is in its module docstring). ``prepare`` returns None where an algorithm has
+nothing to prepare (the default, and backward_filter, which reads no weight). An algorithm that prepares
+overrides the hook ``prepare_weight`` (and ``form_fields`` when its form depends on more of the layer than
+the weight's shape, the groups and the dtype), and its weight passes take a keyword ``prepared=None``.
+
 ``ALGORITHMS`` is the CPU registry; ``convalgos.cuda.ALGORITHMS`` is the GPU one, where an algorithm's GPU twin
 sits under the same name and answers the same questions for itself.
 """
@@ -29,10 +38,13 @@ from collections import OrderedDict
 
 import numpy as np
 
+from .backend import array_module
 from .params import ConvParams
 
 #: the three passes of training, in the order a training step meets them.
 PASSES = ("forward", "backward_data", "backward_filter")
+#: the passes that read the weight: the ones a prepared form can serve.
+WEIGHT_PASSES = ("forward", "backward_data")
 GiB = float(1 << 30)
 
 
@@ -66,6 +78,43 @@ def check_pass(op: str) -> str:
     if op not in PASSES:
         raise ValueError(f"op must be one of {PASSES}, got {op!r}")
     return op
+
+
+class Prepared:
+    """A weight in one algorithm's own form for one pass of one layer (made by ``Algorithm.prepare``).
+
+    ``data``: the form, which the pass reads instead of transforming the weight; ``made_for``: what it fits,
+    the algorithm's name, the pass and the layer fields the form depends on (``Algorithm.prepared_for``).
+    ``convalgos.run`` refuses it for anything else. It does not know which weight VALUES it came from: whoever
+    holds it must drop it when the weights change.
+    """
+
+    __slots__ = ("data", "made_for")
+
+    def __init__(self, data, made_for: dict):
+        self.data, self.made_for = data, dict(made_for)
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.data.nbytes)
+
+    def fits(self, algorithm: "Algorithm", p: ConvParams, op: str) -> bool:
+        """True when this form serves pass ``op`` of layer ``p`` through ``algorithm`` (a holder that sees a
+        new batch size or layer asks this, and prepares again when it is False)."""
+        return algorithm.prepared_for(p, op) == self.made_for
+
+    def check(self, algorithm: "Algorithm", p: ConvParams, op: str) -> None:
+        """Raise ValueError unless this form fits pass ``op`` of layer ``p`` through ``algorithm``."""
+        wanted = algorithm.prepared_for(p, op)
+        if wanted != self.made_for:
+            differ = "; ".join(f"{field} {self.made_for.get(field)!r}, this call {value!r}"
+                               for field, value in wanted.items() if self.made_for.get(field) != value)
+            raise ValueError(f"prepared was made for another algorithm, pass or layer ({differ}): prepare it "
+                             f"again with {algorithm.name}.prepare(w, p, {op!r})")
+
+    def __repr__(self) -> str:
+        fields = ", ".join(f"{k}={v!r}" for k, v in self.made_for.items())
+        return f"<Prepared {self.nbytes} bytes for {fields}>"
 
 
 def _memory_bytes() -> int:
@@ -196,6 +245,45 @@ class Algorithm(abc.ABC):
 
     def tolerance_of(self, op: str, dtype: str) -> float:
         return self.tolerance[dtype]
+
+    # ---- prepared weights (module docstring) ---------------------------------------------------------------
+    def prepares(self, op: str = "forward") -> bool:
+        """True when ``prepare(w, p, op)`` returns a form (the algorithm overrides ``prepare_weight``)."""
+        check_pass(op)
+        return (op in WEIGHT_PASSES and self.implements(op)
+                and type(self).prepare_weight is not Algorithm.prepare_weight)
+
+    def prepare(self, w, p: ConvParams, op: str = "forward") -> "Prepared | None":
+        """The weight ``w`` of layer ``p`` in this algorithm's own form for pass ``op``, for
+        ``convalgos.run(self, op, a, b, p, prepared=...)`` on every call until the weights change; None when
+        the algorithm has nothing to prepare for that pass."""
+        if not self.prepares(op):
+            return None
+        if tuple(w.shape) != p.weight_shape:
+            raise ValueError(f"w must have the layer's weight shape {p.weight_shape}, got {tuple(w.shape)}")
+        support = self.supports(p, op)
+        if not support:
+            raise UnsupportedError(f"{self.name} cannot prepare the {op} weight of {p}: {support.reason}")
+        w = array_module(w).ascontiguousarray(w, dtype=p.compute_dtype)
+        return Prepared(self.prepare_weight(w, p, op), self.prepared_for(p, op))
+
+    def prepare_weight(self, w, p: ConvParams, op: str):
+        """Hook: the form of the contiguous weight ``w`` (compute dtype) for pass ``op`` (one of WEIGHT_PASSES),
+        a fresh array nothing else writes. The base has none to make (``prepares`` is False)."""
+        return None
+
+    def prepared_for(self, p: ConvParams, op: str) -> dict:
+        """What a prepared form for pass ``op`` of layer ``p`` depends on: a form fits a call when these match."""
+        return {"algorithm": self.name, "op": op, "weight_shape": p.weight_shape, "groups": p.groups,
+                "dtype": p.compute_dtype, **self.form_fields(p, op)}
+
+    def form_fields(self, p: ConvParams, op: str) -> dict:
+        """Hook: the further layer fields the prepared form depends on (none by default)."""
+        return {}
+
+    def prepare_bytes(self, p: ConvParams, op: str = "forward") -> int:
+        """Memory a prepared form of pass ``op`` holds (0 where there is none)."""
+        return 0
 
     # ---- the passes ----------------------------------------------------------------------------------------
     @abc.abstractmethod
