@@ -80,7 +80,7 @@ from numba import njit, prange
 from .fft_backward import gather_flipped_tiles, lags_of, phase_map, pick_lags, scatter_phases
 from .fft_plan import TilePlan, plan_flops, plan_workspace_bytes, whole_image_plan
 from .params import ConvParams
-from .registry import GiB, SUPPORTED, Algorithm, register, unsupported, workspace_cap
+from .registry import GiB, SUPPORTED, Algorithm, Workspace, register, unsupported, workspace_cap
 
 #: the batch is processed in chunks of images whose workspace fits this (and the workspace cap).
 CHUNK_WORKSPACE = 256 << 20
@@ -213,10 +213,26 @@ class FFT(Algorithm):
     def flops(self, p: ConvParams, op: str = "forward") -> int:
         return plan_flops(p, self.plan(p, op), op, max(p.N // self.batch_chunk(p, op), 1))
 
+    # ---- prepared weights ----------------------------------------------------------------------------------
+    def prepare_weight(self, w, p: ConvParams, op: str):
+        """The kernel spectrum the pass would compute first, made in a workspace of its own (a fresh array that
+        later calls do not overwrite, and no per-layer buffers left in this algorithm's workspace)."""
+        return kernel_spectrum(w, p, self.plan(p, op), Workspace(), op)
+
+    def form_fields(self, p: ConvParams, op: str) -> dict:
+        t = self.plan(p, op)
+        return {"stride": p.stride, "dilation": p.dilation, "fft_size": (t.Th, t.Tw)}
+
+    def prepare_bytes(self, p: ConvParams, op: str = "forward") -> int:
+        if not self.prepares(op):
+            return 0
+        t = self.plan(p, op)
+        return t.freqs * p.K * p.Cg * t.sh * t.sw * 2 * p.itemsize
+
     # ---- forward -------------------------------------------------------------------------------------------
-    def forward(self, x, w, p, out):
+    def forward(self, x, w, p, out, prepared=None):
         t, chunk = self.plan(p), self.batch_chunk(p)
-        kernel = kernel_spectrum(w, p, t, self.workspace)
+        kernel = kernel_spectrum(w, p, t, self.workspace) if prepared is None else prepared
         for n in range(0, p.N, chunk):
             self.forward_chunk(x[n:n + chunk], kernel, p.with_batch(chunk), t, out[n:n + chunk])
 
@@ -228,10 +244,10 @@ class FFT(Algorithm):
         scatter_tiles(self.inverse(product, t), t.Rq - 1, t.Sq - 1, t.mh, t.mw, t.nth, t.ntw, out)
 
     # ---- backward_data -------------------------------------------------------------------------------------
-    def backward_data(self, dy, w, p, out):
+    def backward_data(self, dy, w, p, out, prepared=None):
         op = "backward_data"
         t, chunk = self.plan(p, op), self.batch_chunk(p, op)
-        kernel = kernel_spectrum(w, p, t, self.workspace, op)          # conj(Wf) as (F, G, Csg, Kg)
+        kernel = kernel_spectrum(w, p, t, self.workspace, op) if prepared is None else prepared  # conj(Wf)
         (Hp, Wp), (Ho, Wo), (sh, sw), (dh, dw) = p.padded_hw, p.out_hw, p.stride, p.dilation
         (top, _), (left, _) = p.padding
         rows = phase_map(p.H, top, Hp, Ho, sh, p.R, dh, t.mh)

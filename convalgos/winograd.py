@@ -185,16 +185,24 @@ class Winograd(Algorithm):
     def tolerance_of(self, op: str, dtype: str) -> float:
         return self.tolerances[op][dtype]
 
+    # ---- prepared weights ----------------------------------------------------------------------------------
+    def prepare_weight(self, w, p: ConvParams, op: str):
+        """U of the forward filters, or of backward-data's flipped ones: what the pass would compute first."""
+        return self._transformed_filters(w, p, op, np.empty((self.alpha, self.alpha, p.K * p.Cg), w.dtype))
+
+    def prepare_bytes(self, p: ConvParams, op: str = "forward") -> int:
+        return self.alpha ** 2 * p.K * p.Cg * p.itemsize if self.prepares(op) else 0
+
     # ---- the passes ----------------------------------------------------------------------------------------
-    def forward(self, x, w, p: ConvParams, out) -> None:
+    def forward(self, x, w, p: ConvParams, out, prepared=None) -> None:
         a2 = self.alpha ** 2
-        U = self._transformed_filters(w, p, "forward")
+        U = self._transformed_filters(w, p, "forward") if prepared is None else prepared
         (top, _), (left, _) = p.padding
         self._correlate(x, top, left, U.reshape(a2, p.groups, p.Kg, p.Cg), p, "forward", out)
 
-    def backward_data(self, dy, w, p: ConvParams, out) -> None:
+    def backward_data(self, dy, w, p: ConvParams, out, prepared=None) -> None:
         a2 = self.alpha ** 2
-        U = self._transformed_filters(w, p, "backward_data")           # of the flipped filters
+        U = self._transformed_filters(w, p, "backward_data") if prepared is None else prepared  # flipped filters
         (top, _), (left, _) = p.padding
         U_t = U.reshape(a2, p.groups, p.Kg, p.Cg).transpose(0, 1, 3, 2)  # K and C swapped
         self._correlate(dy, 2 - top, 2 - left, U_t, p, "backward_data", out)
@@ -227,10 +235,12 @@ class Winograd(Algorithm):
     def _dy_is_whole_tiles(self, p: ConvParams) -> bool:
         return all(size % self.m == 0 for size in p.out_hw)
 
-    def _transformed_filters(self, w, p: ConvParams, op: str):
-        """U (alpha, alpha, K*Cg): G w[k, c] G^T for every filter (G J for backward-data's flipped ones)."""
+    def _transformed_filters(self, w, p: ConvParams, op: str, U=None):
+        """U (alpha, alpha, K*Cg): G w[k, c] G^T for every filter (G J for backward-data's flipped ones), into
+        ``U`` when given, else into a kept workspace buffer."""
         G = self._float[w.dtype][op][1]
-        U = self.workspace.get("U", (self.alpha, self.alpha, p.K * p.Cg), w.dtype)
+        if U is None:
+            U = self.workspace.get("U", (self.alpha, self.alpha, p.K * p.Cg), w.dtype)
         filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, self.filter_block, get_num_threads(), U.transpose(2, 0, 1))
         return U
 
