@@ -62,9 +62,10 @@ class Entry:
 
     ``source``: "benchmark" (measured), "heuristic" (``rule`` names the rule that fired) or "patience" (a new
     shape of a layer past the patience limit: ``rule`` names the tuned shape whose choice it reuses).
-    ``times``: name -> median seconds of the timed runs; ``runs``: how many; ``warmup``: the first (untimed)
-    run, JIT compilation included; ``spikes``: runs recognised as spikes (slower than ``spike_ratio`` times the
-    candidate's own fastest run); ``errors``: normwise error against the float64 reference (sampled);
+    ``times``: name -> median seconds of its timed runs that were not spikes; ``runs``: how many timed runs;
+    ``samples``: the seconds of each timed run, in order, spikes included; ``warmup``: the first (untimed) run,
+    JIT compilation included; ``spikes``: runs recognised as spikes (slower than ``spike_ratio`` times the
+    candidate's own fastest run, its warm-up included); ``errors``: normwise error against the float64 reference (sampled);
     ``workspace``: bytes each candidate needs; ``skipped``: name -> why it was not timed, not eligible, or
     failed; ``abandoned``: name -> why its timing stopped early; ``tied``: the candidates whose medians were
     within the noise of the fastest (the choice among them is the tie-break's); ``ranked``: the candidates in
@@ -78,6 +79,7 @@ class Entry:
     rule: str = ""
     times: dict = field(default_factory=dict)
     runs: dict = field(default_factory=dict)
+    samples: dict = field(default_factory=dict)
     warmup: dict = field(default_factory=dict)
     spikes: dict = field(default_factory=dict)
     errors: dict = field(default_factory=dict)

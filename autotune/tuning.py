@@ -118,6 +118,7 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     clean = race.clean_samples()
     entry.times = {n: median(s) for n, s in clean.items()}
     entry.runs = {n: len(s) for n, s in race.samples.items()}
+    entry.samples = {n: list(s) for n, s in race.samples.items()}
     entry.spikes = {n: k for n, k in race.spikes().items() if k}
     entry.abandoned = race.abandoned
     entry.algo, entry.tied = choose(clean, tuner.tie_tolerance, lambda n: (

@@ -33,6 +33,7 @@ def test_runs_that_are_all_spikes_beside_a_clean_warmup_do_not_decide():
     clock = FakeClock()
     entry = tuned(clock, fakes(clock, fast=[1e-3, 5e-3, 5e-3, 5e-3, 1e-3], other=2e-3))
     assert entry.algo == "fast" and entry.spikes["fast"] == 3 and entry.times["fast"] == pytest.approx(1e-3)
+    assert entry.samples["fast"][:4] == pytest.approx([5e-3, 5e-3, 5e-3, 1e-3]) and len(entry.samples["fast"]) == 6
 
 
 def test_runner_up_dropped_on_few_runs_is_retimed_beside_the_leader():
