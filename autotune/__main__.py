@@ -2,6 +2,7 @@
 
     python -m autotune                                  # resnet18, batch 1, 3x224x224, float32, benchmark on
     python -m autotune --model resnet20 --batch 32 --cache ~/.autotune.json --json out.json --plot out.png
+    python -m autotune train --model lenet5 --data digits --epochs 10      # see python -m autotune train -h
 
 Steps: check every option and path (before any work); build the model (seeded); run one forward pass with
 the autotuner (a progress bar per conv layer: this pass tunes every new key); print per conv layer its shape
@@ -18,13 +19,14 @@ import dataclasses
 import json
 import os
 import sys
+from collections import Counter
 
 import numpy as np
 
 import convalgos
 
 import autotune
-from autotune import cache, models, nn, profile
+from autotune import cache, models, nn, profile, train
 from autotune.devices import CudaEventTimer, gpu_algorithms
 
 DTYPES = ("float32", "float64", "float16")
@@ -56,7 +58,8 @@ def byte_count(text: str) -> int:
 
 
 def parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="autotune", description=__doc__.split("\n\n")[0].split(": ", 1)[1])
+    ap = argparse.ArgumentParser(prog="autotune", description=__doc__.split("\n\n")[0].split(": ", 1)[1],
+                                 epilog="python -m autotune train -h: train a model through the dispatcher")
     ap.add_argument("--model", default="resnet18", help=f"one of {', '.join(models.MODELS)} (default resnet18)")
     ap.add_argument("--batch", type=positive_int, default=1, help="batch size (default 1)")
     ap.add_argument("--size", type=size, default=None,
@@ -124,54 +127,6 @@ def input_shape(ap, model, args) -> tuple[int, int, int, int]:
     return args.batch, C, H, W
 
 
-# ---- the report ---------------------------------------------------------------------------------------------
-def layer_lines(calls, entries) -> list[str]:
-    lines = [f"{'layer':<28} {'shape':<52} {'chosen':<14} {'ms':>8}  source"]
-    for name, p in calls:
-        e = entries.get(p)
-        ms = f"{e.times[e.algo] * 1e3:8.3f}" if e is not None and e.algo in e.times else f"{'-':>8}"
-        lines.append(f"{name:<28} {str(p):<52} {e.algo if e else '?':<14} {ms}  {e.source if e else ''}")
-    return lines
-
-
-def summary(times, na, abandoned, tuning_s, counts, choices, what="forward pass", registry=None):
-    """The report's closing lines and the JSON totals. ``counts``: new keys by source, "reused" the others."""
-    registry = convalgos.ALGORITHMS if registry is None else registry
-    auto, fresh = times["autotuned"], {k: v for k, v in counts.items() if k != "reused"}
-    done = ", ".join(f"{n} key(s) {'tuned (timed)' if s == 'benchmark' else f'chosen by the {s}'}"
-                     for s, n in fresh.items()) or "nothing new to choose"
-    lines = [f"first pass: {tuning_s:.2f} s, {done}, {counts.get('reused', 0)} from the table or cache",
-             f"{what}, autotuned: {auto * 1e3:.2f} ms"]
-    singles = {n: times[n] for n in registry if n in times}
-    for name in registry:
-        if name in singles:
-            lines.append(f"  forced {name:<14} {singles[name] * 1e3:10.2f} ms  ({singles[name] / auto:.2f}x autotuned)")
-        elif name in abandoned:
-            lines.append(f"  forced {name:<14}     > {3 * auto * 1e3:.0f} ms  ({abandoned[name]})")
-        else:
-            lines.append(f"  forced {name:<14}        n/a  (unsupported on {len(na[name])} layer(s): {na[name][0]})")
-    totals = {"tuning_seconds": tuning_s, "keys_tuned": fresh.get("benchmark", 0),
-              "keys_by_source": fresh, "keys_reused": counts.get("reused", 0), "autotuned_seconds": auto,
-              "forced_seconds": singles, "unsupported_layers": {n: len(v) for n, v in na.items()},
-              "abandoned": abandoned}
-    best = profile.compare(times, choices, registry)
-    if best and best["same_choice"]:
-        lines.append(f"best single algorithm: {best['best_single']}, which the autotuner chose for every layer: "
-                     f"the same choice (measured {best['ratio']:.2f}x: overhead and noise, not a speedup)")
-    elif best:
-        lines.append(f"speedup over the best single algorithm ({best['best_single']}): {best['ratio']:.2f}x")
-        totals["speedup_over_best_single"] = best["ratio"]
-    if best:
-        totals.update(best_single=best["best_single"], same_choice=best["same_choice"])
-    if "torch" in abandoned:
-        lines.append(f"  torch conv2d: {abandoned['torch']}")
-    if "torch" in times:
-        lines.append(f"  torch conv2d           {times['torch'] * 1e3:10.2f} ms")
-        lines.append(f"speedup over torch's conv2d: {times['torch'] / auto:.2f}x")
-        totals.update(torch_seconds=times["torch"], speedup_over_torch=times["torch"] / auto)
-    return lines, totals
-
-
 def plot_layers(path, calls, entries, title, names):
     """A bar chart per conv layer of every candidate's time in its table entry, the chosen one starred."""
     import matplotlib
@@ -199,6 +154,8 @@ def plot_layers(path, calls, entries, title, names):
 # ---- main ---------------------------------------------------------------------------------------------------
 def main(argv=None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
+    if argv[:1] == ["train"]:
+        return train_main(argv[1:])
     ap = parser()
     args = ap.parse_args(argv)
     check_options(ap, args)
@@ -223,15 +180,9 @@ def main(argv=None) -> int:
             autotune.save(args.cache)
         layer_params = list(dict.fromkeys(p for _, p in calls))
         entries = profile.forward_entries(layer_params, device=args.device)
-        print("\n".join(layer_lines(calls, entries)), file=out)
+        print("\n".join(profile.layer_lines(calls, entries)), file=out)
         print(f"\ndispatch table ({len(layer_params)} distinct conv layers):\n{autotune.dispatch_table()}", file=out)
-        passes, na = {"autotuned": None}, {}
-        for name, algorithm in registry.items():
-            reasons = profile.unsupported_layers(algorithm, layer_params)
-            if reasons:
-                na[name] = reasons
-            else:
-                passes[name] = name
+        passes, na = profile.forced_passes(registry, layer_params)
         torch_conv = profile.torch_conv2d(args.device) if args.dtype != "float16" else None
         if torch_conv is not None:
             passes["torch"] = torch_conv
@@ -239,19 +190,22 @@ def main(argv=None) -> int:
         times, abandoned = profile.time_passes(workload, passes, args.rounds, timer=timer,
                                                min_seconds=0.3 * args.rounds)
     known = {e.key for e in before}
-    counts = {"reused": sum(e.key in known for e in entries.values())}
-    for e in entries.values():
-        if e.key not in known:
-            counts[e.source] = counts.get(e.source, 0) + 1
+    counts = dict(Counter("reused" if e.key in known else e.source for e in entries.values()))
     what = "forward pass" if args.device == "cpu" else "conv time of a forward pass (GPU)"
-    lines, totals = summary(times, na, abandoned, tuning_s, counts, [entries[p].algo for p in entries], what,
+    lines, totals = profile.summary(times, na, abandoned, tuning_s, counts, [entries[p].algo for p in entries], what,
                             registry)
     print("\n" + "\n".join(lines), file=out)
     if args.json:
-        write_json(args, shape, flags, calls, layer_params, entries, totals)
+        write_json(args.json, {
+            "model": args.model, "input": list(shape), "dtype": args.dtype, "device": args.device,
+            "device_name": profile.device_description(args.device), "flags": flags,
+            "convalgos_version": convalgos.__version__,
+            "layers": [{"name": name, "shape": str(p), "entry": layer_params.index(p)} for name, p in calls],
+            "entries": [entries[p].to_dict() if p in entries else {"shape": str(p)} for p in layer_params],
+            "totals": totals})
     if args.plot:
-        plot_layers(args.plot, calls, entries, f"{args.model} b{shape[0]} {shape[2]}x{shape[3]} {args.dtype}",
-             list(registry))
+        plot_layers(args.plot, calls, entries, f"{args.model} b{shape[0]} {shape[2]}x{shape[3]} "
+                            f"{args.dtype}", list(registry))
     return 0
 
 
@@ -270,19 +224,73 @@ def first_pass(model, shape, args):
     return calls, workload, seconds, gpu_algorithms(), cupy, timer
 
 
-def write_json(args, shape, flags, calls, layer_params, entries, totals):
-    doc = {"model": args.model, "input": list(shape), "dtype": args.dtype, "device": args.device,
-           "device_name": profile.device_description(args.device), "flags": flags,
-           "convalgos_version": convalgos.__version__,
-           "layers": [{"name": name, "shape": str(p), "entry": layer_params.index(p)} for name, p in calls],
-           "entries": [entries[p].to_dict() if p in entries else {"shape": str(p)} for p in layer_params],
-           "totals": totals}
-    if args.json == "-":
+def write_json(path: str, doc: dict) -> None:
+    """``doc`` as JSON into ``path``, or onto stdout for "-"."""
+    if path == "-":
         json.dump(doc, sys.stdout, indent=1, default=str)
         sys.stdout.write("\n")
     else:
-        with open(args.json, "w") as f:
+        with open(path, "w") as f:
             json.dump(doc, f, indent=1, default=str)
+
+
+# ---- python -m autotune train -----------------------------------------------------------------------------
+def non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def train_parser() -> argparse.ArgumentParser:
+    ap = argparse.ArgumentParser(prog="autotune train", description=train.__doc__.split("\n\n")[0])
+    ap.add_argument("--model", default="lenet5", help="the model (default lenet5)")
+    ap.add_argument("--data", default="digits", help=f"one of {', '.join(train.DATASETS)} (default digits)")
+    ap.add_argument("--epochs", type=positive_int, default=10)
+    ap.add_argument("--batch-size", type=positive_int, default=64)
+    ap.add_argument("--lr", type=non_negative, default=0.01)
+    ap.add_argument("--momentum", type=non_negative, default=0.9)
+    ap.add_argument("--weight-decay", type=non_negative, default=5e-4)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--benchmark-limit", type=positive_int, default=None, metavar="N",
+                    help="time at most N best-ranked candidates per pass and layer")
+    ap.add_argument("--subset", type=positive_int, default=None, metavar="N",
+                    help="train on N images of the training split only (quick runs)")
+    ap.add_argument("--deterministic", action="store_true",
+                    help="the same numbers every run: deterministic algorithms chosen by the heuristic")
+    ap.add_argument("--json", metavar="PATH", help="write the results as JSON ('-': stdout, the report to stderr)")
+    return ap
+
+
+def train_main(argv) -> int:
+    ap = train_parser()
+    args = ap.parse_args(argv)
+    if train.problem(args.model, args.data):
+        ap.error(train.problem(args.model, args.data))
+    if args.json and args.json != "-" and cache.writable_problem(args.json):
+        ap.error(f"--json {args.json}: {cache.writable_problem(args.json)}")
+    out = sys.stderr if args.json == "-" else sys.stdout
+    mode = "deterministic, heuristic choices" if args.deterministic else "benchmark on"
+    print(f"autotune train: {args.model} on {args.data}, {args.epochs} epochs, batch {args.batch_size}, "
+          f"lr {args.lr:g}, momentum {args.momentum:g}, weight decay {args.weight_decay:g}, seed {args.seed}, "
+          f"{mode}, {profile.device_description('cpu')}", file=out)
+
+    def report(record):
+        print(train.epoch_line(record), file=out, flush=True)
+    try:
+        result = train.fit(args.model, args.data, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                           momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
+                           deterministic=args.deterministic, benchmark_limit=args.benchmark_limit,
+                           subset=args.subset, on_epoch=report)
+    except ImportError as err:                 # the data set's extra is not installed
+        ap.error(str(err))
+    print(train.result_line(result), file=out)
+    if args.json:
+        write_json(args.json, result)
+    return 0
 
 
 if __name__ == "__main__":

@@ -41,14 +41,8 @@ def measure(model_name, batch, size, rounds):
     with autotune.flags(benchmark=True):
         prof, tuning = profile.first_pass(model, x)          # tunes every new key
         layers = prof.layers()
-        modes = {"autotuned": None}
-        unsupported = {}
-        for name, algorithm in ALGORITHMS.items():
-            missing = len(profile.unsupported_layers(algorithm, layers))
-            if missing:
-                unsupported[name] = missing
-            else:
-                modes[name] = name
+        modes, reasons = profile.forced_passes(ALGORITHMS, layers)
+        unsupported = {name: len(why) for name, why in reasons.items()}
         torch_conv = profile.torch_conv2d()
         if torch_conv is not None:
             modes["torch"] = torch_conv

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 import convalgos
-from autotune.__main__ import main, summary
+from autotune.__main__ import main
+from autotune.profile import summary
 from autotune.cache import cpu_model
 from convalgos.backend import cupy_available
 
