@@ -7,9 +7,9 @@ from hypothesis import HealthCheck, given, settings
 
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, PASSES, reference
-from convalgos.implicit_gemm import valid_taps
+from convalgos.implicit_gemm import is_flat, valid_taps
 from convalgos.reference import normwise_error
-from layers import conv_kwargs, layers, params_of
+from layers import layers, params_of
 
 IMPLICIT_GEMM = ALGORITHMS["implicit_gemm"]
 
@@ -47,7 +47,23 @@ def test_every_pass_of_random_layers_matches_the_reference(op, dtype, layer):
 def test_layers_with_every_feature(op, kw):
     groups = kw.get("groups", 1)
     p = ConvParams.from_shapes((2, 6, 11, 13), (12, 6 // groups, 3, 4), **kw)
+    assert not is_flat(p)
     check_pass(p, op, "float32", seed=1)
+
+
+@pytest.mark.parametrize("op", PASSES)
+@pytest.mark.parametrize("w_shape, kw", [
+    ((4, 6, 3, 3), dict(padding=1)),                                                  # 3x3 same
+    ((4, 3, 5, 4), dict(padding=((0, 3), (1, 2)), groups=2)),                         # 4 taps: a triple and one
+    ((6, 1, 3, 3), dict(padding=((2, 2), (3, 1)), dilation=(2, 2), groups=6)),        # depthwise, dilated, lopsided
+    ((5, 6, 1, 1), dict()),                                                           # 1x1
+    ((3, 6, 2, 7), dict(padding=((1, 0), (3, 3)), dilation=(1, 1)))])                 # kernel as wide as x's row
+def test_flat_path_layers(op, w_shape, kw):
+    """Stride 1 with Wo = W: the one-pass-per-block path with its border columns summed again."""
+    for dtype in ("float32", "float64"):
+        p = ConvParams.from_shapes((2, 6, 9, 7), w_shape, **kw, dtype=dtype)
+        assert is_flat(p)
+        check_pass(p, op, dtype, seed=2)
 
 
 def test_dx_is_zero_where_no_output_reads():
@@ -124,3 +140,14 @@ def test_all_three_passes_equal_torch(kw):
     if isinstance(pad, tuple):
         dx_t = dx_t[:, :, t:t + x.shape[2], l:l + x.shape[3]]
     np.testing.assert_allclose(dx, dx_t.numpy(), rtol=1e-10, atol=1e-10)
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+@pytest.mark.parametrize("kw", [dict(padding=((2, 0), (1, 1))), dict(stride=2, padding=1)])
+def test_row_blocks_of_one_and_three_rows(monkeypatch, op, kw):
+    """Work items of 1 and of 3 rows (not dividing the plane) give the reference, on both paths."""
+    from convalgos import implicit_gemm
+    p = ConvParams.from_shapes((2, 4, 8, 7), (6, 2, 3, 3), groups=2, **kw)
+    for rows in (1, 3):
+        monkeypatch.setattr(implicit_gemm, "SEGMENT", rows * 7)
+        check_pass(p, op, "float32", seed=rows)
