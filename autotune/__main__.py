@@ -246,7 +246,8 @@ def non_negative(text: str) -> float:
 
 
 def train_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="autotune train", description=train.__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="autotune train", description="train a model through the dispatcher "
+                                 "(benchmark mode on); report held-out accuracy and time per epoch")
     ap.add_argument("--model", default="lenet5", help="the model (default lenet5)")
     ap.add_argument("--data", default="digits", help=f"one of {', '.join(train.DATASETS)} (default digits)")
     ap.add_argument("--epochs", type=positive_int, default=10)
