@@ -81,7 +81,7 @@ class Tuner:
                  benchmark_limit=None, workspace_limit=None, patience=None, timer=None, heuristics=None,
                  cache_path=None, retune_warning=8, time_budget=1.0, cost_cap=20.0, min_runs=3, max_runs=50,
                  precision=0.01, abandon_ratio=3.0, settle_ratio=1.1, spike_ratio=1.5, tie_tolerance=0.01,
-                 prune_ratio=4.0):
+                 prune_ratio=6.0):
         self.algorithms = algorithms
         self.devices = DEVICES if devices is None else list(devices)
         self.benchmark, self.deterministic, self.patience = benchmark, deterministic, patience
