@@ -10,17 +10,18 @@
    its result is checked against the float64 reference (``measure.ReferenceCheck``); one outside its
    tolerance is rejected, and one that raises anything at all is skipped with the error recorded.
 3. The race: timed rounds, interleaved. No candidate is judged on one run. A run slower than ``spike_ratio``
-   times the candidate's own fastest run (its warm-up included) is a spike and is no evidence; the warm-up
-   counts as evidence when it is not a spike (then it held no compilation). With at least two runs of
-   evidence, a candidate whose fastest is ``abandon_ratio`` times the best median is abandoned (the cost cap:
-   a slow candidate costs at most two of its runs), and one whose fastest is over ``settle_ratio`` times it
-   stops (it cannot tie the best, so its median needs no more precision). The others run until their median
-   is known to ``precision`` (MAD/median/sqrt(runs)), at least ``min_runs``, or until the timed rounds have
-   cost ``cost_cap`` times the best median (or ``time_budget`` seconds); then they complete ``min_runs``.
+   times the candidate's fastest run (its warm-up included) is a spike: another process took the core. It
+   does not enter the candidate's median (``measure.without_spikes``), nor count as evidence; the warm-up
+   counts as evidence when it is not a spike (then it held no compilation). A candidate whose every run is
+   ``abandon_ratio`` times the best median, over two runs of evidence or three runs of any kind, is abandoned
+   (the cost cap: a slow candidate costs two or three of its runs); one whose fastest is over
+   ``settle_ratio`` times it, over two runs of evidence, stops (it cannot tie the best, so its median needs
+   no more precision). The others run until ``min_runs`` clean runs give their median to ``precision``
+   (MAD/median/sqrt(runs)), or until the timed rounds have cost ``cost_cap`` times the best median (or
+   ``time_budget`` seconds); then each stops once it has ``min_runs`` clean runs (or twice as many runs).
 4. Re-timing: a leader with fewer than ``min_runs`` clean runs is timed again, and so is the runner-up when it
-   was dropped on fewer (it then gets ``min_runs`` timed runs beside the leader before it is judged again): a
-   margin that rests on few runs is checked before it decides. A candidate's time is the median of its runs
-   that are not spikes (``measure.without_spikes``).
+   was dropped on fewer (it then gets ``min_runs`` timed runs beside the leader before it is judged again):
+   a margin that rests on few runs is checked before it decides.
 5. The choice: the fastest median; near-ties (medians within the measured noise, at least ``tie_tolerance``)
    are listed in the entry and go to the deterministic one, then the smaller workspace, then the smaller
    error, then the name, so the choice is stable run to run.
