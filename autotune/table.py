@@ -65,9 +65,9 @@ class Entry:
     ``times``: name -> median seconds of its timed runs that were not spikes; ``runs``: how many timed runs;
     ``samples``: the seconds of each timed run, in order, spikes included; ``warmup``: the first (untimed) run,
     JIT compilation included; ``spikes``: runs recognised as spikes (slower than ``spike_ratio`` times the
-    candidate's own fastest run, its warm-up included); ``errors``: normwise error against the float64 reference (sampled);
-    ``workspace``: bytes each candidate needs; ``skipped``: name -> why it was not timed, not eligible, or
-    failed; ``abandoned``: name -> why its timing stopped early; ``tied``: the candidates whose medians were
+    candidate's own fastest run, its warm-up included); ``errors``: normwise error against the float64
+    reference (sampled); ``workspace``: bytes each candidate needs; ``skipped``: name -> why it was not timed,
+    not eligible, or failed; ``abandoned``: name -> why its timing stopped early; ``tied``: the candidates whose medians were
     within the noise of the fastest (the choice among them is the tie-break's); ``ranked``: the candidates in
     order of preference, where a call falls back when the choice fails; ``fresh_output``: whether the timed
     runs allocated their output (the call had no ``out=``) or wrote into the caller's buffer.

@@ -7,8 +7,8 @@ entries, the report), ``shapes.py`` (changing shapes, patience), ``cache.py`` (t
 ``heuristics.py``.
 
 A hit is lean: the call's arguments (array types, shapes, strides and dtypes, the layer's parameters, the
-flag and the thread count that enter the key) map through a memo to the layer validated once and its Key, so a hit validates
-nothing again; then one table look-up and the run.
+flag and the thread count that enter the key) map through a memo to the layer validated once and its Key,
+so a hit validates nothing again; then one table look-up and the run.
 """
 from __future__ import annotations
 

@@ -30,7 +30,8 @@ def by_op(t) -> dict:
 
 def test_each_pass_is_tuned_on_its_own_key_and_gives_the_reference():
     clock = FakeClock()
-    algos = fakes(clock, a=(1e-3, {"pass_cost": {"backward_data": 3e-3}}), b=(2e-3, {"pass_cost": {"backward_data": 1e-3}}))
+    algos = fakes(clock, a=(1e-3, {"pass_cost": {"backward_data": 3e-3}}),
+                  b=(2e-3, {"pass_cost": {"backward_data": 1e-3}}))
     t = Tuner(algos, benchmark=True, timer=fake_timer(clock), heuristics=NO_RULES)
     x, w, dy = layer()
     y, dx, dw = three_passes(t, x, w, dy)
