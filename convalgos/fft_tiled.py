@@ -77,9 +77,6 @@ class FFTTiled(FFT):
     def flops(self, p: ConvParams, op: str = "forward") -> int:
         return super().flops(p, op) if self.plan(p, op) else 0
 
-    def form_fields(self, p: ConvParams, op: str) -> dict:
-        return super().form_fields(p, op) if self.plan(p, op) else {"fft_size": None}
-
     def prepare_bytes(self, p: ConvParams, op: str = "forward") -> int:
         return super().prepare_bytes(p, op) if self.plan(p, op) else 0
 

@@ -18,13 +18,12 @@ An algorithm answers, for a layer (``ConvParams``) and a pass ``op``:
   dw)``, each writing every element of its contiguous result.
 
 Prepared weights. Some algorithms first turn the weight into a form of their own (Winograd's U = G w G^T,
-FFT's kernel spectra), on every call. ``prepare(w, p, op)`` does that once and returns a ``Prepared``;
-``convalgos.run(..., prepared=)`` then skips the transform, until the weights change. Inference amortises the
-transform over every call; training pays it every step, since every step changes the weights (the measured
-share of each algorithm's call is in its module docstring). ``prepare`` returns None where an algorithm has
-nothing to prepare (the default, and backward_filter, which reads no weight). An algorithm that prepares
-overrides the hook ``prepare_weight`` (and ``form_fields`` when its form depends on more of the layer than
-the weight's shape, the groups and the dtype), and its weight passes take a keyword ``prepared=None``.
+FFT's kernel spectra), on every call. ``prepare(w, p, op)`` does it once; ``convalgos.run(..., prepared=)``
+then skips it until the weights change. Inference amortises the transform; training pays it every step, as
+every step changes the weights (measured in the algorithms' docstrings). ``prepare`` returns None where there
+is nothing to prepare (the default; backward_filter reads no weight). An algorithm that prepares overrides
+the hook ``prepare_weight`` (and ``prepared_for`` when its form depends on more of the layer), and its weight
+passes take a keyword ``prepared=None``.
 
 ``ALGORITHMS`` is the CPU registry; ``convalgos.cuda.ALGORITHMS`` is the GPU one, where an algorithm's GPU twin
 sits under the same name and answers the same questions for itself.
@@ -275,11 +274,7 @@ class Algorithm(abc.ABC):
     def prepared_for(self, p: ConvParams, op: str) -> dict:
         """What a prepared form for pass ``op`` of layer ``p`` depends on: a form fits a call when these match."""
         return {"algorithm": self.name, "op": op, "weight_shape": p.weight_shape, "groups": p.groups,
-                "dtype": p.compute_dtype, **self.form_fields(p, op)}
-
-    def form_fields(self, p: ConvParams, op: str) -> dict:
-        """Hook: the further layer fields the prepared form depends on (none by default)."""
-        return {}
+                "dtype": p.compute_dtype}
 
     def prepare_bytes(self, p: ConvParams, op: str = "forward") -> int:
         """Memory a prepared form of pass ``op`` holds (0 where there is none)."""

@@ -58,6 +58,23 @@ Depthwise layers run but are slow: with one channel per group the GEMMs degenera
 done by broadcasting; backward-filter: a dot product over the tiles), there is no channel sum to amortise the
 transforms over, and they cost as much as direct's 9 multiply-adds per output.
 
+Prepared weights (``prepare``): U of the forward filters, or of backward-data's flipped ones, made once by the
+same filter transform and read by the pass instead of transforming w (alpha^2 K Cg elements; it serves the
+layer at any batch, image size and padding). Inference amortises the transform; training changes w and pays
+it every step (there the plain pass pays less: ``prepare`` writes a fresh array, the pass a kept buffer).
+Measured, N = 1, C = K = 512, pad 1, one thread, medians of 21 interleaved rounds (loaded machine), ms,
+plain / prepared / prepare alone:
+
+    layer, pass             winograd_4x4          winograd_2x2        im2col
+    28x28 forward           31.4 / 21.7 / 16.3    31.2 / 26.4 / 5.0   47.6
+    28x28 backward_data     34.1 / 23.3 / 13.4    30.1 / 25.3 / 4.9   45.6
+    14x14 forward           27.7 / 15.4 / 19.9    20.1 / 13.0 / 5.0   16.8
+    14x14 backward_data     28.9 / 15.3 / 21.8    20.7 / 13.3 / 5.2   17.3
+
+prepared / plain in three runs: m = 4 0.68-0.72 at 28x28, 0.49-0.62 at 14x14; m = 2 0.79-0.85, 0.43-0.65. The
+transform costs the same at any image size, so its share grows as the image shrinks: at 14x14 prepared weights
+turn winograd_4x4 from 0.6x im2col's speed into 1.1-1.4x.
+
 Accuracy: B^T is integer and A^T holds powers of two, so the float32 error comes from rounding in G (entries
 like 1/90) and from the transforms' cancellation, which grows with the tile size. Measured normwise float32
 forward errors on C = 512 layers (12x12 to 28x28): about 8e-7 for m = 2, 1e-5 to 3e-5 for m = 4 and 0.6e-5 to
