@@ -102,8 +102,8 @@ for a in algos:
             once.append((a, k))
 cases = len(algos) * len(names)
 print(f"{cases - len(repeatable) - len(once)} of {cases} (algorithm, input) cases ran at the random input's "
-      f"speed within the noise in both measurements; {len(once)} deviated in one measurement only (load, as a "
-      f"rule), {len(repeatable)} deviated in both, in the same direction:")
+      f"speed within the noise in both measurements; {len(once)} deviated in one measurement only (not "
+      f"repeatable), {len(repeatable)} deviated in both, in the same direction:")
 for a, k, r1, r2 in repeatable:
     print(f"  {a:<14} on {k:<20} {r1:.2f}x and {r2:.2f}x the random input's time")
 subnormal = [(a, r1, r2) for a, k, r1, r2 in repeatable if k.startswith("subnormal") and min(r1, r2) > 1]
@@ -143,10 +143,10 @@ for label in ("random N(0,1)", "random N(0,1)", "constant 0.1"):
 agree = r1.algo == r2.algo
 print("\ntwo tunings on the same random input chose the same algorithm:", agree)
 if not agree:
-    both_tied = {r1.algo, r2.algo} <= set(r1.tied) | set(r2.tied)
+    both_tied = any({r1.algo, r2.algo} <= set(e.tied) for e in (r1, r2))      # tied within one tuning
     print("  the same input gave different choices: timing noise, not the values;",
           "the two choices were tied within the noise in a tuning (notebook 5)" if both_tied else
-          "their gap was beyond the measured noise, so load disturbed one tuning (notebook 5)")
+          "neither tuning found them tied, so the timings of at least one were disturbed (notebook 5)")
 print("the tuning on the constant input chose one of the random-input choices:", c.algo in {r1.algo, r2.algo},
       "" if c.algo in {r1.algo, r2.algo} else
       f"(it chose {c.algo}; tied with them in its tuning: {bool({r1.algo, r2.algo} & set(c.tied))})")

@@ -111,8 +111,9 @@ if len(choices) > 1:
     if len(within) == len(choices):
         print("all the choices are tied within the noise: the flip is a near-tie, decided by noise")
     else:
-        print(f"{sorted(set(choices) - set(within))} are beyond the noise of the fastest: those choices were not "
-              "a near-tie; the timings of that tuning were disturbed (load), or the machine's speed changed")
+        print(f"{sorted(set(choices) - set(within))} beyond the noise of the fastest: not a near-tie in this "
+              "re-timing, so the tuning that chose it measured what this re-timing does not confirm (its timings "
+              "were disturbed, or the machine's speed has changed since)")
 else:
     (only,) = choices
     print(f"every run chose {only}; re-timed it is {medians[only] / medians[fastest]:.2f}x the fastest;",
