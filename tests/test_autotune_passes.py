@@ -120,3 +120,14 @@ def test_module_level_passes_take_torch_tensors_and_match_torch():
     assert isinstance(dx, torch.Tensor) and isinstance(dw, torch.Tensor)
     torch.testing.assert_close(dx, torch.nn.grad.conv2d_input(x.shape, w, dy, padding=1), rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(dw, torch.nn.grad.conv2d_weight(x, w.shape, dy, padding=1), rtol=1e-4, atol=1e-4)
+
+
+def test_workspace_limit_zero_runs_every_pass_with_the_real_algorithms():
+    x, w, dy = layer()
+    t = Tuner(workspace_limit=0)
+    results = three_passes(t, x, w, dy)
+    p = by_op(t)["forward"].key.params
+    for (op, entry), result in zip(by_op(t).items(), results):
+        assert entry.workspace[entry.algo] == 0, op
+        a, b = {"forward": (x, w), "backward_data": (dy, w), "backward_filter": (x, dy)}[op]
+        assert reference.normwise_error(result, reference.PASS[op](a, b, p)) <= 1e-5, op
