@@ -35,6 +35,7 @@ inverse, and the picked weight gradient.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 from math import log2
 
 from .params import ConvParams
@@ -94,8 +95,9 @@ def result_extent(p: ConvParams, op: str) -> tuple[int, int]:
     return (Ho + Rq - 1, Wo + Sq - 1) if op == "backward_data" else (Ho, Wo)
 
 
+@lru_cache(maxsize=1024)
 def whole_image_plan(p: ConvParams, op: str = "forward") -> TilePlan:
-    """One tile per image, of fast FFT length >= Ho + Rq - 1 (the phase input rows the outputs read)."""
+    """One tile per image, of fast FFT length >= Ho + Rq - 1 (the phase input rows the outputs read); memoised."""
     (Rq, Sq), (Ho, Wo) = phase_extent(p), p.out_hw
     Th, Tw = next_fast_len(Ho + Rq - 1), next_fast_len(Wo + Sq - 1)
     return TilePlan(*p.stride, Rq, Sq, Th, Tw, *result_extent(p, op), 1, 1)

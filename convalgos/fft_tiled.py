@@ -42,6 +42,8 @@ or when one image's workspace passes ``workspace_cap()`` (as ``fft``).
 """
 from __future__ import annotations
 
+from functools import lru_cache
+
 from .fft import FFT
 from .fft_plan import TilePlan, phase_extent, plan_flops, tile_plan
 from .params import ConvParams
@@ -51,8 +53,10 @@ from .registry import register, unsupported
 TILE_SIZES = (8, 12, 16, 24, 32, 48, 64)
 
 
+@lru_cache(maxsize=1024)
 def cheapest_tile_plan(p: ConvParams, op: str = "forward") -> TilePlan | None:
-    """The plan of pass ``op`` of least FLOPs over TILE_SIZES, or None if the kernel is larger than every tile."""
+    """The plan of pass ``op`` of least FLOPs over TILE_SIZES, or None if the kernel is larger than every tile
+    (memoised: every call of a pass asks several times, and a prepared form's check once more)."""
     plans = [tile_plan(p, T, op) for T in TILE_SIZES if T >= max(phase_extent(p))]
     return min(plans, key=lambda t: plan_flops(p, t, op), default=None)
 
