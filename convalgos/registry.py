@@ -264,7 +264,10 @@ class Algorithm(abc.ABC):
         if not support:
             raise UnsupportedError(f"{self.name} cannot prepare the {op} weight of {p}: {support.reason}")
         w = array_module(w).ascontiguousarray(w, dtype=p.compute_dtype)
-        return Prepared(self.prepare_weight(w, p, op), self.prepared_for(p, op))
+        data = self.prepare_weight(w, p, op)
+        if isinstance(data, np.ndarray):
+            data.flags.writeable = False           # a form that passes only read: no caller can change it
+        return Prepared(data, self.prepared_for(p, op))
 
     def prepare_weight(self, w, p: ConvParams, op: str):
         """Hook: the form of the contiguous weight ``w`` (compute dtype) for pass ``op`` (one of WEIGHT_PASSES),

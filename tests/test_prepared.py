@@ -64,6 +64,8 @@ def test_prepared_form_outlives_later_calls(name):
         expected = run(algorithm, op, a, w, p)
         run(algorithm, op, a, other, p)
         np.testing.assert_array_equal(run(algorithm, op, a, None, p, prepared=prepared), expected)
+        with pytest.raises(ValueError, match="read-only"):
+            prepared.data[...] = 0
 
 
 @pytest.mark.parametrize("name", PREPARING)
