@@ -22,8 +22,8 @@ from . import im2col, fft, fft_tiled, winograd  # noqa: F401,E402
 from .conv import conv2d, conv2d_input, conv2d_weight
 from .run import run  # run: a validated layer's pass through an algorithm (used by autotune)
 from .params import ConvParams
-from .registry import (ALGORITHMS, PASSES, Algorithm, Support, UnsupportedError, get_algorithm, release_workspaces,
-                       set_workspace_cap, workspace_cap)
+from .memory import set_workspace_cap, workspace_cap
+from .registry import ALGORITHMS, PASSES, Algorithm, Support, UnsupportedError, get_algorithm, release_workspaces
 
 __version__ = "0.1.0"
 

@@ -89,7 +89,8 @@ from numba import njit, prange
 from .fft_backward import gather_flipped_tiles, lags_of, phase_map, pick_lags, scatter_phases
 from .fft_plan import TilePlan, plan_flops, plan_workspace_bytes, whole_image_plan
 from .params import ConvParams
-from .registry import GiB, SUPPORTED, Algorithm, Workspace, register, unsupported, workspace_cap
+from .memory import GiB, Workspace, workspace_cap
+from .registry import SUPPORTED, Algorithm, register, unsupported
 
 #: the batch is processed in chunks of images whose workspace fits this (and the workspace cap).
 CHUNK_WORKSPACE = 256 << 20

@@ -18,7 +18,8 @@ grid at 2^31 - 1 blocks along x and 65535 along y and z (``MAX_GRID_YZ``).
 from __future__ import annotations
 
 from ..backend import array_module, simulator_enabled
-from ..registry import Algorithm, Workspace
+from ..memory import Workspace
+from ..registry import Algorithm
 
 #: threads per block of the 1-D grid-stride kernels, and the most blocks one launch uses.
 THREADS_1D = 256
