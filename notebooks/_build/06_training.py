@@ -124,7 +124,6 @@ steady = {}
 for label, r in results.items():
     s, full = r["seconds"], r["sizes"] == BATCH
     steady[label] = np.median(s[1:][full[1:]])             # steps after the first, full batches
-    extra = s[0] - steady[label]
     line = f"{label:<34} step 1: {s[0] * 1e3:7.0f} ms, steady step (median): {steady[label] * 1e3:6.1f} ms"
     shorts = np.flatnonzero(~full)
     if len(shorts):
@@ -194,7 +193,9 @@ print(f"{'layer':<8}" + "".join(f"{op:>18}" for op in convalgos.PASSES))
 for name, entries in by_layer.items():
     print(f"{name:<8}" + "".join(f"{entries[op].algo if op in entries else '(not run)':>18}"
                                  for op in convalgos.PASSES))
-print("\n(conv1 computes no input gradient: nothing upstream needs it, and torch skips it too)")
+skipped = [name for name, entries in by_layer.items() if "backward_data" not in entries]
+if skipped:
+    print(f"\n{', '.join(skipped)}: no input gradient computed (nothing upstream needs it; torch skips it too)")
 distinct = {name: len({e.algo for e in entries.values()}) for name, entries in by_layer.items()}
 layer = max(distinct, key=distinct.get)
 print(f"\n{layer}'s {len(by_layer[layer])} passes chose {distinct[layer]} distinct algorithm(s)"
