@@ -6,11 +6,20 @@
     >>> y = convalgos.conv2d(x, w, padding=1, algo="winograd_4x4")
 """
 import os
+import sys
+import warnings
 
 # Numba's OpenMP threads spin after each parallel region by default, and on a small machine they then fight
 # the BLAS threads of the next GEMM for the same cores (measured here: small parallel calls 10-20x slower
 # beside other work). Passive waiting gives the cores back at once. Set before Numba starts its threads; a
-# value the user set wins.
+# value the user set wins. Torch starts its own OpenMP when imported, and each runtime reads the variable
+# once: imported first, torch's threads keep spinning after each op whatever is set here.
+TORCH_FIRST = ("torch was imported before convalgos with OMP_WAIT_POLICY unset: torch's OpenMP threads now spin "
+               "after every torch op and slow the convalgos call that follows (measured here: a MobileNet-v1 "
+               "forward pass interleaved with torch's took 170 ms instead of 19 ms). Import convalgos (or "
+               "autotune) before torch, or set OMP_WAIT_POLICY=PASSIVE in the environment.")
+if "torch" in sys.modules and "OMP_WAIT_POLICY" not in os.environ:
+    warnings.warn(TORCH_FIRST, RuntimeWarning, stacklevel=2)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 from . import reference  # noqa: E402
