@@ -228,7 +228,7 @@ def test_pool_backward_matches_torch(k, s, p, ceil, hw):
         np.testing.assert_allclose(dx, tdx, rtol=1e-5, atol=1e-6)
 
 
-def test_max_pool_ties_go_to_the_first_tap_as_in_torch():
+def test_max_pool_ties_and_nan_as_in_torch():
     t = pytest.importorskip("torch")
     x = np.zeros((1, 1, 4, 4), np.float32)          # every window tied (e.g. after a ReLU)
     g = np.arange(1, 5, dtype=np.float32).reshape(1, 1, 2, 2)
@@ -236,6 +236,12 @@ def test_max_pool_ties_go_to_the_first_tap_as_in_torch():
     np.testing.assert_array_equal(dx, torch_grads(t.nn.MaxPool2d(3, 1, 1), x, np.ones_like(x))[1])
     _, dx, _ = our_grads(nn.MaxPool2d(2), x, g)
     np.testing.assert_array_equal(dx, torch_grads(t.nn.MaxPool2d(2), x, g)[1])
+    x[0, 0, 1, 2], x[0, 0, 3, 0] = np.nan, -np.inf   # NaN wins its window, as in torch
+    y, dx, _ = our_grads(nn.MaxPool2d(2), x, g)
+    ty, tdx, _ = torch_grads(t.nn.MaxPool2d(2), x, g)
+    np.testing.assert_array_equal(y, ty)
+    np.testing.assert_array_equal(dx, tdx)
+    assert nn.MaxPool2d(2)(x.astype(np.float16)).dtype == np.float16
 
 
 @pytest.mark.parametrize("hw, out", [((7, 7), 1), ((10, 7), (3, 4)), ((5, 13), (5, 3)), ((2, 3), 7)])

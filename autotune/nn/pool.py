@@ -1,13 +1,12 @@
-"""Pooling: ``MaxPool2d``, ``AvgPool2d`` and ``AdaptiveAvgPool2d``, forward and backward, whole-array NumPy.
+"""Pooling: ``MaxPool2d``, ``AvgPool2d`` and ``AdaptiveAvgPool2d``, forward and backward, never a Python loop
+over pixels.
 
-Fixed-window pooling works tap by tap: for each kernel tap (i, j), the strided view of the padded input that
-tap sees in every window is one array operation, so the Python loop runs over the kh*kw taps, never over
-pixels. The backward pass adds each tap's share of dy back into that same view of a zero padded gradient,
-then crops the padding:
+Max pooling is a Numba kernel (``kernels.py``) that keeps, for every output, the index of its window's max
+(the first in scan order, as in torch); its backward pass adds each dy at that index.
 
-- max: the whole dy of a window goes to the tap that held its maximum (the first one in scan order, as in
-  torch), remembered in the forward pass as one small tap index per output;
-- average: each tap gets dy / divisor.
+Average pooling works tap by tap: for each kernel tap (i, j), the strided view of the padded input that tap
+sees in every window is one array operation, so the Python loop runs over the kh*kw taps only. Its backward
+pass adds dy / divisor back into that same view of a zero padded gradient, then crops the padding.
 
 Adaptive average pooling is linear and separable: y = P_h x P_w^T, with P_h[i, h] = 1/len(bin i) for the
 rows of bin i (likewise P_w), so its backward pass is dx = P_h^T dy P_w: two GEMMs each way.
@@ -16,6 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from . import kernels
 from .module import Module, pair
 
 
@@ -29,7 +29,7 @@ def _pool_out(size: int, k: int, s: int, p: int, ceil_mode: bool) -> int:
 
 
 class _Pool2d(Module):
-    """Shared window arithmetic: pad (plus the ceil-mode overhang), then one strided view per kernel tap."""
+    """Shared window arithmetic: the output size and the padding (plus the ceil-mode overhang)."""
 
     def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False):
         self.kernel_size = pair(kernel_size)
@@ -52,6 +52,49 @@ class _Pool2d(Module):
             pads.append((p, max(p, (o - 1) * s + k - size - p)))
         return out, pads
 
+    def extra_repr(self) -> str:
+        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
+                + (", ceil_mode=True" if self.ceil_mode else ""))
+
+
+class MaxPool2d(_Pool2d):
+    """``torch.nn.MaxPool2d`` (dilation 1): the max over each window, padding counting as -inf. A Numba
+    kernel finds each window's max and where it is (``kernels.max_pool``); backward adds dy there."""
+
+    def forward(self, x):
+        N, C, H, W = x.shape
+        (Ho, Wo), _ = self._geometry(H, W)
+        ct = np.promote_types(x.dtype, np.float32)            # float16 is compared in float32 (exact)
+        y = np.empty((N * C, Ho, Wo), ct)
+        argmax = np.empty((N * C, Ho, Wo), np.int32)
+        kernels.max_pool(np.ascontiguousarray(x, dtype=ct).reshape(N * C, H, W), *self.kernel_size,
+                         *self.stride, *self.padding, y, argmax)
+        self.save_for_backward(x.shape, argmax)
+        return y.reshape(N, C, Ho, Wo).astype(x.dtype, copy=False)
+
+    def backward_from(self, saved, dy, input_grad):
+        if not input_grad:
+            return None
+        (N, C, H, W), argmax = saved
+        ct = np.promote_types(dy.dtype, np.float32)
+        dx = np.empty((N * C, H * W), ct)
+        kernels.max_pool_grad(np.ascontiguousarray(dy, dtype=ct).reshape(N * C, -1), argmax.reshape(N * C, -1),
+                              dx)
+        return dx.reshape(N, C, H, W).astype(dy.dtype, copy=False)
+
+
+class AvgPool2d(_Pool2d):
+    """``torch.nn.AvgPool2d``: the mean over each window.
+
+    ``count_include_pad=True`` (PyTorch's default) divides by the part of the window inside the padded
+    input; False divides by the part inside the unpadded input. Either divisor is the same window sum over a
+    0/1 mask, so ceil mode's overhang (never counted) comes out right without special cases.
+    """
+
+    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
+        super().__init__(kernel_size, stride, padding, ceil_mode)
+        self.count_include_pad = count_include_pad
+
     def _taps(self, out):
         """(rows, cols) of the padded input that kernel tap (i, j) reads for every output, taps in scan order."""
         (sh, sw), (Ho, Wo), (kh, kw) = self.stride, out, self.kernel_size
@@ -67,60 +110,14 @@ class _Pool2d(Module):
             acc += xp[(...,) + tap]
         return acc
 
-    def _scatter_taps(self, x_shape, pads, out, share_of_tap):
-        """dx: for every tap, ``share_of_tap(t)`` added into the padded view that tap read; padding cropped."""
+    def _scatter_windows(self, share, x_shape, pads, out):
+        """dx: ``share`` added into the padded view of every tap, then the padding cropped."""
         (t, b), (l, r) = pads
         N, C, H, W = x_shape
-        grad = np.zeros((N, C, H + t + b, W + l + r), share_of_tap(0).dtype)
-        for k, tap in enumerate(self._taps(out)):
-            grad[(...,) + tap] += share_of_tap(k)
+        grad = np.zeros((N, C, H + t + b, W + l + r), share.dtype)
+        for tap in self._taps(out):
+            grad[(...,) + tap] += share
         return grad[:, :, t:t + H, l:l + W].copy()
-
-    def extra_repr(self) -> str:
-        return (f"kernel_size={self.kernel_size}, stride={self.stride}, padding={self.padding}"
-                + (", ceil_mode=True" if self.ceil_mode else ""))
-
-
-class MaxPool2d(_Pool2d):
-    """``torch.nn.MaxPool2d`` (dilation 1): the max over each window, padding counting as -inf."""
-
-    def forward(self, x):
-        out, pads = self._geometry(*x.shape[2:])
-        xp = np.pad(x, ((0, 0), (0, 0)) + tuple(pads), constant_values=-np.inf)
-        taps = self._taps(out)
-        acc = xp[(...,) + taps[0]].copy()
-        if not self.training:
-            for tap in taps[1:]:
-                np.maximum(acc, xp[(...,) + tap], out=acc)
-            self.save_for_backward()
-            return acc
-        argmax = np.zeros(acc.shape, np.min_scalar_type(len(taps)))
-        for k, tap in enumerate(taps[1:], 1):
-            view = xp[(...,) + tap]
-            better = (view > acc) | np.isnan(view)       # torch: a later tap wins only if strictly larger, or NaN
-            np.copyto(acc, view, where=better)
-            argmax[better] = k
-        self.save_for_backward(x.shape, pads, out, argmax)
-        return acc
-
-    def backward_from(self, saved, dy, input_grad):
-        if not input_grad:
-            return None
-        x_shape, pads, out, argmax = saved
-        return self._scatter_taps(x_shape, pads, out, lambda k: np.where(argmax == k, dy, 0).astype(dy.dtype))
-
-
-class AvgPool2d(_Pool2d):
-    """``torch.nn.AvgPool2d``: the mean over each window.
-
-    ``count_include_pad=True`` (PyTorch's default) divides by the part of the window inside the padded
-    input; False divides by the part inside the unpadded input. Either divisor is the same window sum over a
-    0/1 mask, so ceil mode's overhang (never counted) comes out right without special cases.
-    """
-
-    def __init__(self, kernel_size, stride=None, padding=0, ceil_mode=False, count_include_pad=True):
-        super().__init__(kernel_size, stride, padding, ceil_mode)
-        self.count_include_pad = count_include_pad
 
     def _divisor(self, H, W, pads, out):
         (ph, pw), counted = self.padding, np.ones((1, 1, H, W))
@@ -140,8 +137,7 @@ class AvgPool2d(_Pool2d):
         if not input_grad:
             return None
         x_shape, pads, out, divisor = saved
-        share = (dy / divisor).astype(dy.dtype)
-        return self._scatter_taps(x_shape, pads, out, lambda k: share)
+        return self._scatter_windows((dy / divisor).astype(dy.dtype), x_shape, pads, out)
 
 
 class AdaptiveAvgPool2d(Module):
