@@ -78,7 +78,7 @@ def test_one_training_step_matches_torch(name):
     assert list(grads) == list(their_grads) == [k for k, _ in ours.named_parameters()]
     errors = {k: normwise(grads[k], their_grads[k]) for k in grads}
     assert max(errors.values()) <= TOL, sorted(errors.items(), key=lambda kv: -kv[1])[:3]
-    state = theirs.state_dict()
+    state = theirs.state_dict()                                 # parameters and running statistics
     errors = {k: normwise(v, state[k].numpy()) for k, v in ours.state_dict().items()}
     assert max(errors.values()) <= TOL, sorted(errors.items(), key=lambda kv: -kv[1])[:3]
     assert all(v.dtype == np.dtype(dtype) for v in ours.state_dict().values())
@@ -86,7 +86,7 @@ def test_one_training_step_matches_torch(name):
 
 # ---- the optimizer ----------------------------------------------------------------------------------------
 def net_with_grads(seed=0, dtype="float32"):
-    """A small model whose gradients are set by hand (all but fc.bias, to check that it is skipped)."""
+    """A small model whose gradients are set by hand (all but 0.bias, to check that it is skipped)."""
     net = nn.Sequential(nn.Linear(4, 3), nn.BatchNorm2d(3))
     rng = np.random.default_rng(seed)
     for name, p in net.named_parameters():
