@@ -27,3 +27,12 @@ def valid_range(offset, step, size, count):
     j0 = max(0, (-offset + step - 1) // step)
     j1 = min(count, (size - 1 - offset) // step + 1)
     return j0, max(j0, j1)
+
+
+@njit(cache=True, fastmath={"reassoc", "contract"}, inline="always")
+def dot(a, b, length):
+    """sum a[t] * b[t] over t < length (length >= 1), reassociated so it vectorises."""
+    s = a[0] * b[0]
+    for t in range(1, length):
+        s += a[t] * b[t]
+    return s

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 from numba import njit, prange
 
-from ._kernels import share
+from ._kernels import dot, share
 
 
 @njit(cache=True)
@@ -232,15 +232,6 @@ def depthwise_data(dy, w, phases, taps, sh, sw, PT, PL, Hd, Wd, pad, partial, re
                         drow[v0 + b * sw] = srow[b]
 
 
-@njit(cache=True, fastmath={"reassoc", "contract"}, inline="always")
-def _dot(d, x, length):
-    """sum d[t] * x[t] over t < length (length >= 1)."""
-    s = d[0] * x[0]
-    for t in range(1, length):
-        s += d[t] * x[t]
-    return s
-
-
 @njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
 def depthwise_filter(x, dy, rows, cols, H, W, sh, sw, Wo, split, out):
     """out[k, r*S + s] = sum over n and the outputs (i, j) whose tap (r, s) reads inside x of
@@ -269,4 +260,4 @@ def depthwise_filter(x, dy, rows, cols, H, W, sh, sw, Wo, split, out):
                             continue
                         base = ((rows[0, r] * sw + cols[0, s]) * Hc + rows[1, r]) * Wc + cols[1, s]
                         for i in range(rows[2, r], rows[3, r]):
-                            out[k, r * S + s] += _dot(d[i * Wo + j0:], src[base + i * Wc + j0:], j1 - j0)
+                            out[k, r * S + s] += dot(d[i * Wo + j0:], src[base + i * Wc + j0:], j1 - j0)

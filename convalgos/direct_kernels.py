@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from numba import njit, prange
 
-from ._kernels import copy_strided, share
+from ._kernels import copy_strided, dot, share
 
 
 @njit(cache=True, inline="always")
@@ -146,15 +146,6 @@ def _dots3(d, xa, xb, xc, length):
     return sa, sb, sc
 
 
-@njit(cache=True, fastmath={"reassoc", "contract"}, inline="always")
-def _dot(d, xa, length):
-    """sum d[t] * xa[t] over t < length."""
-    s = d[0] * xa[0]
-    for t in range(1, length):
-        s += d[t] * xa[t]
-    return s
-
-
 @njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
 def filter_dots(xq, dyq, taps, Cg, length, out):
     """out[k, q] = sum over n of sum_{t < length} dyq[n, k, t] * xq[n, g*Cg + taps[0, q], taps[1, q] + t], with
@@ -179,4 +170,4 @@ def filter_dots(xq, dyq, taps, Cg, length, out):
                 out[k, q + 2] += sc
                 q += 3
             for q in range(q, q0 + RS):
-                out[k, q] += _dot(d, plane[taps[1, q]:], length)
+                out[k, q] += dot(d, plane[taps[1, q]:], length)
