@@ -88,7 +88,7 @@ from numba import get_num_threads
 
 from .cooktoom import cook_toom
 from .params import ConvParams
-from .registry import SUPPORTED, Algorithm, register, unsupported
+from .registry import SUPPORTED, Algorithm, Support, register, unsupported
 from .winograd_kernels import filter_transform, output_transform, shift_into, tile_transform
 
 
@@ -96,6 +96,17 @@ def _sandwich_flops(matrix) -> int:
     """FLOPs of X d X^T for one a x a array d and X (b x a): a multiply-add per nonzero of X per row or column."""
     b, a = len(matrix), len(matrix[0])
     return 2 * sum(1 for row in matrix for v in row if v != 0) * (a + b)
+
+
+def f3x3_constraints(name: str, p: ConvParams) -> Support:
+    """F(m x m, 3 x 3) needs a 3x3 kernel at stride 1 and dilation 1, on every pass (the GPU twin too)."""
+    if (p.R, p.S) != (3, 3):
+        return unsupported(f"{name} needs a 3x3 kernel, got {p.R}x{p.S}")
+    if p.stride != (1, 1):
+        return unsupported(f"{name} needs stride 1, got {p.stride}")
+    if p.dilation != (1, 1):
+        return unsupported(f"{name} needs dilation 1, got {p.dilation}")
+    return SUPPORTED
 
 
 class Winograd(Algorithm):
@@ -157,13 +168,7 @@ class Winograd(Algorithm):
 
     # ---- the questions -------------------------------------------------------------------------------------
     def constraints(self, p: ConvParams, op: str = "forward"):
-        if (p.R, p.S) != (3, 3):
-            return unsupported(f"{self.name} needs a 3x3 kernel, got {p.R}x{p.S}")
-        if p.stride != (1, 1):
-            return unsupported(f"{self.name} needs stride 1, got {p.stride}")
-        if p.dilation != (1, 1):
-            return unsupported(f"{self.name} needs dilation 1, got {p.dilation}")
-        return SUPPORTED
+        return f3x3_constraints(self.name, p)
 
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         tiles_h, tiles_w = self._tiles(p, op)

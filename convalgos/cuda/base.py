@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from ..backend import array_module, simulator_enabled
 from ..memory import Workspace
-from ..registry import Algorithm
+from ..registry import SUPPORTED, Algorithm, Support, unsupported
 
 #: threads per block of the 1-D grid-stride kernels, and the most blocks one launch uses.
 THREADS_1D = 256
@@ -28,6 +28,14 @@ MAX_BLOCKS_1D = 4096
 SIM_THREADS = 32
 #: the most blocks a CUDA grid may have along x, and along y and z.
 MAX_GRID_X, MAX_GRID_YZ = 2**31 - 1, 65535
+
+
+def grid_fits(name: str, blocks_x: int, blocks_yz: int) -> Support:
+    """Whether a launch of blocks_x x blocks_yz blocks fits CUDA's grid limits (a reason when not)."""
+    if blocks_yz > MAX_GRID_YZ or blocks_x > MAX_GRID_X:
+        return unsupported(f"{name} launches a grid of {blocks_x} x {blocks_yz} blocks, over CUDA's "
+                           f"{MAX_GRID_X} x {MAX_GRID_YZ}")
+    return SUPPORTED
 #: device buffers one GPU algorithm keeps between calls (least recently used dropped past this).
 KEPT_BYTES = 4 << 30
 

@@ -29,8 +29,7 @@ import numpy as np
 from numba import cuda
 
 from ..params import ConvParams
-from ..registry import SUPPORTED, unsupported
-from .base import MAX_GRID_X, MAX_GRID_YZ, GPUAlgorithm
+from .base import GPUAlgorithm, grid_fits
 
 #: output channels per block (register accumulators per thread).
 KB = 4
@@ -117,16 +116,9 @@ class Direct(GPUAlgorithm):
 
     def constraints(self, p: ConvParams, op: str = "forward"):
         (blocks_x, row_tiles) = launch_shape(p)[0]
-        if row_tiles > MAX_GRID_YZ or blocks_x > MAX_GRID_X:
-            return unsupported(f"{self.name} launches a grid of {blocks_x} x {row_tiles} blocks, over CUDA's "
-                               f"{MAX_GRID_X} x {MAX_GRID_YZ}")
-        return SUPPORTED
+        return grid_fits(self.name, blocks_x, row_tiles)
 
-    def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
-        return 0
-
-    def flops(self, p: ConvParams, op: str = "forward") -> int:
-        return p.flops
+    # workspace_bytes: the base's 0 (this kernel allocates nothing); flops: the base's p.flops (every tap).
 
     def forward(self, x, w, p: ConvParams, out) -> None:
         grid, block, s_chunk, k_blocks, col_tiles = launch_shape(p)

@@ -41,7 +41,8 @@ MAX_WORKSPACE = 8 << 30
 
 @dataclass(frozen=True)
 class TilePlan:
-    """Tiles of Th x Tw input pixels, mh x mw dense outputs each, nth x ntw tiles per image."""
+    """Tiles of Th x Tw input pixels, mh x mw dense outputs each, nth x ntw tiles per image. A deliberate twin
+    of ``convalgos.fft_plan.TilePlan`` without the stride phases: the GPU computes the dense stride-1 result."""
 
     Th: int
     Tw: int

@@ -29,8 +29,7 @@ from numba import cuda
 
 from ..backend import simulator_enabled
 from ..params import ConvParams
-from ..registry import SUPPORTED, unsupported
-from .base import MAX_GRID_X, MAX_GRID_YZ, GPUAlgorithm
+from .base import GPUAlgorithm, grid_fits
 
 #: block tile edge on a GPU, and under the simulator (fewer simulated threads).
 TILE = 16
@@ -96,16 +95,9 @@ class ImplicitGemm(GPUAlgorithm):
 
     def constraints(self, p: ConvParams, op: str = "forward"):
         blocks_x, blocks_y = launch_grid(p, TILE)
-        if blocks_y > MAX_GRID_YZ or blocks_x > MAX_GRID_X:
-            return unsupported(f"{self.name} launches a grid of {blocks_x} x {blocks_y} blocks, over CUDA's "
-                               f"{MAX_GRID_X} x {MAX_GRID_YZ}")
-        return SUPPORTED
+        return grid_fits(self.name, blocks_x, blocks_y)
 
-    def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
-        return 0
-
-    def flops(self, p: ConvParams, op: str = "forward") -> int:
-        return p.flops
+    # workspace_bytes: the base's 0 (this kernel allocates nothing); flops: the base's p.flops (every tap).
 
     def forward(self, x, w, p: ConvParams, out) -> None:
         T = tile_edge()

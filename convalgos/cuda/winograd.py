@@ -31,7 +31,7 @@ from numba import cuda
 from ..backend import array_module
 from ..cooktoom import cook_toom
 from ..params import ConvParams
-from ..registry import SUPPORTED, unsupported
+from ..winograd import f3x3_constraints
 from .base import GPUAlgorithm, launch_1d
 
 
@@ -114,13 +114,7 @@ class Winograd(GPUAlgorithm):
         self.matrices = cook_toom(m, 3)
 
     def constraints(self, p: ConvParams, op: str = "forward"):
-        if (p.R, p.S) != (3, 3):
-            return unsupported(f"{self.name} needs a 3x3 kernel, got {p.R}x{p.S}")
-        if p.stride != (1, 1):
-            return unsupported(f"{self.name} needs stride 1, got {p.stride}")
-        if p.dilation != (1, 1):
-            return unsupported(f"{self.name} needs dilation 1, got {p.dilation}")
-        return SUPPORTED
+        return f3x3_constraints(self.name, p)      # the same maths as the CPU's: F(m, 3) on a 3x3 stride-1 kernel
 
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         P = p.N * self._tiles(p)[0] * self._tiles(p)[1]
