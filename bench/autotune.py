@@ -45,7 +45,7 @@ import convalgos
 from autotune import measure
 from convalgos import ALGORITHMS, PASSES
 
-from .common import RESULTS, header
+from .common import RESULTS, header, write_record
 from .layers import ALL_LAYERS, layer
 
 QUICK = {"3x3.c16.16": layer(1, 16, 16, 16, 3), "dw3x3.c32.16": layer(1, 32, 16, 32, 3, groups=32),
@@ -281,10 +281,7 @@ def main(argv=None):
         if neighbour is not None:
             neighbour.close()
     text = report(rows, conditions, dispatch, args)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(text)
-    print(f"wrote {out}")
+    write_record(out, text)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,14 @@ def header(title: str) -> str:
     return f"# {title}\n\nMachine: {machine()}.  \nDate: {today}.\n"
 
 
+def write_record(out: Path, text: str) -> None:
+    """Write a benchmark's record (making its folder) and print it."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    print(text)
+    print(f"wrote {out}")
+
+
 def interleaved_medians(fns: dict, rounds: int = 7, min_seconds: float = 0.0) -> dict:
     """Median seconds of each callable, timed by ``autotune.measure.interleaved`` (one warm-up, then at least
     ``rounds`` interleaved rounds, more while they last under ``min_seconds``)."""

@@ -22,7 +22,7 @@ import autotune
 from autotune import models, profile
 from convalgos import ALGORITHMS
 
-from .common import RESULTS, header
+from .common import RESULTS, header, write_record
 
 #: (label, model, batch, input H=W); the issue's targets as ratios to torch's conv time.
 NETS = [("ResNet-18 b1 224", "resnet18", 1, 224), ("ResNet-20 b32", "resnet20", 32, 32),
@@ -125,10 +125,7 @@ def main(argv=None):
         text = text.replace("\n\n## ", f"\n\n![conv time / torch's]({out.with_suffix('.png').name})\n\n## ", 1)
     except ImportError:
         text += "\n(matplotlib not installed: no plot)\n"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(text)
-    print(f"wrote {out}")
+    write_record(out, text)
 
 
 if __name__ == "__main__":

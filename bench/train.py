@@ -35,7 +35,7 @@ import autotune
 from autotune import measure, models, nn, optim, profile
 from convalgos import ALGORITHMS, PASSES
 
-from .common import RESULTS, header
+from .common import RESULTS, header, write_record
 
 #: (label, model, batch) of the record and of --quick.
 NETS = [("LeNet-5 b64", "lenet5", 64), ("ResNet-20 b32", "resnet20", 32)]
@@ -440,10 +440,7 @@ def main(argv=None):
         print(f"{label} ...", flush=True)
         results[label] = (model_name, measure_model(model_name, batch, rounds, min_seconds))
     text = report(results, args, rounds, compile_s)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(text)
-    print(text)
-    print(f"wrote {out}")
+    write_record(out, text)
 
 
 if __name__ == "__main__":
