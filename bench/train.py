@@ -35,17 +35,13 @@ import autotune
 from autotune import measure, models, nn, optim, profile
 from convalgos import ALGORITHMS, PASSES
 
-from .common import RESULTS, header, write_record
+from .common import RESULTS, write_record
+from .torch_twin import torch_twin
+from .train_report import ABANDON, report
 
 #: (label, model, batch) of the record and of --quick.
 NETS = [("LeNet-5 b64", "lenet5", 64), ("ResNet-20 b32", "resnet20", 32)]
 QUICK = [("LeNet-5 b4", "lenet5", 4), ("ResNet-20 b2", "resnet20", 2)]
-#: the issue's targets: step / torch's step (per model), autotuned speedup over the best single algorithm
-#: (ResNet-20), cold tuning seconds of all three passes (ResNet-20).
-TORCH_TARGET = {"lenet5": 1.5, "resnet20": 1.5}
-SINGLE_TARGET = {"resnet20": 1.2}
-COLD_TARGET = {"resnet20": 10.0}
-ABANDON = 4.0
 SGD = dict(lr=0.1, momentum=0.9, weight_decay=5e-4)
 #: convalgos/autotune pass function -> pass name.
 PASS_OF = {"conv2d": "forward", "conv2d_input": "backward_data", "conv2d_weight": "backward_filter"}
@@ -110,54 +106,6 @@ def our_step(model_name, tuner, state, x, labels, log) -> Step:
         opt.step()
         return loss
     return Step(step, lambda: net.load_state_dict(state))
-
-
-def torch_twin(model):
-    """A torch.nn module computing what ``model`` (an autotune.nn model) computes, with the same parameter
-    names, so the model's state dict loads into it."""
-    import torch
-    tnn = torch.nn
-
-    class Block(tnn.Module):
-        """torchvision's BasicBlock, built from the twins of our block's children."""
-
-        def __init__(self, children):
-            super().__init__()
-            for name, child in children.items():
-                self.add_module(name, child)
-            if "downsample" not in children:
-                self.downsample = None
-
-        def forward(self, x):
-            shortcut = x if self.downsample is None else self.downsample(x)
-            hidden = self.relu(self.bn1(self.conv1(x)))
-            return self.relu(self.bn2(self.conv2(hidden)) + shortcut)
-
-    def twin(m):
-        children = OrderedDict((name, twin(child)) for name, child in m.named_children())
-        if isinstance(m, nn.BasicBlock):
-            return Block(children)
-        if isinstance(m, nn.Sequential):
-            return tnn.Sequential(children)
-        if isinstance(m, nn.Conv2d):
-            K, Cg, R, S = m.weight.shape
-            return tnn.Conv2d(Cg * m.groups, K, (R, S), m.stride, m.padding, m.dilation, m.groups,
-                              bias=m.bias is not None)
-        if isinstance(m, nn.BatchNorm2d):
-            return tnn.BatchNorm2d(len(m.weight), m.eps, m.momentum)
-        if isinstance(m, nn.Linear):
-            return tnn.Linear(m.weight.shape[1], m.weight.shape[0], bias=m.bias is not None)
-        if isinstance(m, nn.MaxPool2d):
-            return tnn.MaxPool2d(m.kernel_size, m.stride, m.padding, ceil_mode=m.ceil_mode)
-        if isinstance(m, nn.AvgPool2d):
-            return tnn.AvgPool2d(m.kernel_size, m.stride, m.padding, m.ceil_mode, m.count_include_pad)
-        if isinstance(m, nn.AdaptiveAvgPool2d):
-            return tnn.AdaptiveAvgPool2d(m.output_size)
-        simple = {nn.ReLU: tnn.ReLU, nn.Flatten: tnn.Flatten, nn.Identity: tnn.Identity}
-        if type(m) in simple:
-            return simple[type(m)]()
-        raise NotImplementedError(f"no torch twin for {type(m).__name__}")
-    return twin(model)
 
 
 def torch_step(model, state, x, labels) -> Step:
@@ -288,136 +236,6 @@ def measure_model(model_name, batch, rounds, min_seconds) -> dict:
     return {"times": times, "rounds": {n: len(s) for n, s in samples.items()}, "abandoned": abandoned,
             "parts": parts, "losses": losses, "cold": cold, "unsupported": unsupported, "calls": calls,
             "chosen": {(e.key.params, e.key.op): e.algo for e in entries}, "alone": torch_alone}
-
-
-# ---- the record ---------------------------------------------------------------------------------------------
-def ms(seconds) -> str:
-    return f"{seconds * 1e3:.1f}"
-
-
-def pass_sums(parts: dict) -> dict:
-    """pass -> the sum over layers of that pass's median seconds in the step."""
-    return {op: sum(s for (_, o), s in parts.items() if o == op) for op in PASSES}
-
-
-def alone_sums(r: dict, who: str) -> dict:
-    """pass -> the sum over the step's conv calls of their time alone (``who``: "ours" or "torch")."""
-    return {op: sum(r["alone"][(p, op)][who] for name, p in r["calls"] if (p, op) in r["alone"]
-                    and (name, op) in r["parts"]["autotuned"]) for op in PASSES}
-
-
-def summary_rows(label, r) -> list:
-    times, torch_s = r["times"], r["times"].get("torch")
-    rows = []
-    for mode, t in times.items():
-        if mode == "torch":
-            conv = alone_sums(r, "torch") if r["alone"] else {}
-            cells = [f"~{ms(conv[op])}" if conv else "-" for op in PASSES]
-            other = f"~{ms(t - sum(conv.values()))}" if conv else "-"
-        else:
-            conv = pass_sums(r["parts"][mode])
-            cells, other = [ms(conv[op]) for op in PASSES], ms(t - sum(conv.values()))
-        step = f"{ms(t)} (1 step)" if mode in r["abandoned"] else ms(t)
-        mark = "**" if mode == "autotuned" else ""
-        ratio = f"{t / torch_s:.2f}" if torch_s else "-"
-        rows.append(f"| {label} | {mark}{mode}{mark} | {step} | " + " | ".join(cells)
-                    + f" | {other} | {ratio} | {r['losses'][mode]:.5f} |")
-    return rows
-
-
-def verdict(ok: bool) -> str:
-    return "**met**" if ok else "**missed**"
-
-
-def target_lines(label, model_name, r) -> list:
-    """The issue's targets that apply to this model, met or missed, with where the time goes."""
-    times, lines = r["times"], []
-    auto, auto_parts = times["autotuned"], pass_sums(r["parts"]["autotuned"])
-    singles = {n: t for n, t in times.items() if n not in ("autotuned", "torch")}
-    if model_name in TORCH_TARGET and "torch" in times:
-        ratio, target = auto / times["torch"], TORCH_TARGET[model_name]
-        ours, theirs = alone_sums(r, "ours"), alone_sums(r, "torch")
-        gaps = ", ".join(f"{op} {ms(ours[op])} / {ms(theirs[op])}" for op in PASSES)
-        rest = f"{ms(auto - sum(auto_parts.values()))} / ~{ms(times['torch'] - sum(theirs.values()))}"
-        lines.append(f"- {label} train step / torch's: **{ratio:.2f}** (target <= {target}): "
-                     f"{verdict(ratio <= target)}. Where it goes, ms ours / torch's: conv passes alone {gaps}; "
-                     f"the rest of the step {rest}.")
-    if model_name in SINGLE_TARGET:
-        target = SINGLE_TARGET[model_name]
-        if singles:
-            best = min(singles, key=singles.get)
-            speedup = singles[best] / auto
-            lines.append(f"- {label} best single algorithm ({best}) / autotuned: **{speedup:.2f}x** (target >= "
-                         f"{target}x): {verdict(speedup >= target)}.")
-        else:
-            lines.append(f"- {label}: no single algorithm supports every layer and pass (target >= {target}x "
-                         "over the best of them): nothing to compare.")
-    if singles:
-        best_per_pass = []
-        for op in PASSES:
-            sums = {n: pass_sums(r["parts"][n])[op] for n in singles}
-            best = min(sums, key=sums.get)
-            best_per_pass.append(f"{op} {best} {ms(sums[best])} against autotuned {ms(auto_parts[op])}")
-        lines.append(f"- {label} best single algorithm per pass (conv ms in the step): " + "; ".join(best_per_pass)
-                     + ".")
-    if model_name in COLD_TARGET:
-        total, target = sum(r["cold"]["passes"].values()), COLD_TARGET[model_name]
-        lines.append(f"- {label} cold tuning of all three passes: **{total:.1f} s** (target <= {target:.0f} s): "
-                     f"{verdict(total <= target)}.")
-    return lines
-
-
-def layer_rows(r) -> list:
-    rows = []
-    for name, p in r["calls"]:
-        cells = []
-        for op in PASSES:
-            if (name, op) not in r["parts"]["autotuned"]:
-                cells.append("-")
-                continue
-            cell = f"{r['chosen'].get((p, op), '?')} {ms(r['parts']['autotuned'][(name, op)])}"
-            if (p, op) in r["alone"]:
-                a = r["alone"][(p, op)]
-                cell += f" ({ms(a['ours'])} / {ms(a['torch'])})"
-            cells.append(cell)
-        rows.append(f"| {name} | `{p}` | " + " | ".join(cells) + " |")
-    return rows
-
-
-def report(results, args, rounds, compile_s) -> str:
-    command = "python -m bench.train" + (" --quick" if args.quick else "")
-    lines = [header("CPU training step: autotuned, each single algorithm, and torch"),
-             f"Command: `{command}`; {rounds} interleaved rounds at least. numba and torch with "
-             f"{numba.get_num_threads()} threads. One training step = forward, CrossEntropyLoss, backward, "
-             f"SGD(lr=0.1, momentum=0.9, weight_decay=5e-4), on one fixed batch with the weights reset (untimed) "
-             "before each step. Step: median ms. Conv columns: the sum over layers of each conv pass's median "
-             "time inside the step; other = step - conv passes (BatchNorm, ReLU, pooling, Linear, loss, update). "
-             "torch's conv columns (~) are its layers timed alone, pass by pass. A mode over "
-             f"{ABANDON:g}x the autotuned step is timed once and left out of the rounds. loss: the step's loss "
-             "from the shared weights (the torch twin must agree).\n",
-             "| model | mode | step ms | forward convs | backward-data convs | backward-filter convs | other | "
-             "step / torch | loss |", "|---" * 9 + "|"]
-    for label, (_, r) in results.items():
-        lines += summary_rows(label, r)
-    lines += ["", "## Targets (from this run)", ""]
-    for label, (model_name, r) in results.items():
-        lines += target_lines(label, model_name, r)
-    lines += ["", "## Cold tuning", "",
-              f"JIT warm-up first (one cold-tuned step of each model at batch 2: every candidate of every pass "
-              f"compiled or loaded from Numba's cache): **{compile_s:.1f} s**, not counted below.", ""]
-    for label, (_, r) in results.items():
-        c = r["cold"]
-        lines.append(f"- {label}: first step {c['wall']:.1f} s; tuning " + ", ".join(
-            f"{op} {s:.1f} s" for op, s in c["passes"].items()) + f" (sum {sum(c['passes'].values()):.1f} s); "
-            f"first calls over 10x their median (compilation the warm-up missed): {c['late_compile']:.1f} s. "
-            f"Not forced (keys of the step unsupported): "
-            + (", ".join(f"{n} ({k})" for n, k in r["unsupported"].items()) or "none") + ".")
-    for label, (_, r) in results.items():
-        lines += [f"\n## {label}: per layer", "",
-                  "Each pass: the autotuned choice and its median ms in the step (alone: ours / torch's ms).", "",
-                  "| layer | shape | forward | backward-data | backward-filter |", "|---|---|---|---|---|"]
-        lines += layer_rows(r)
-    return "\n".join(lines) + "\n"
 
 
 def main(argv=None):

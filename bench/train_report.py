@@ -1,0 +1,145 @@
+"""The record of ``python -m bench.train`` (bench/results/cpu-train.md): the step table, the targets judged
+from the numbers, the cold tuning and the per-layer choices."""
+from __future__ import annotations
+
+import numba
+
+from convalgos import PASSES
+
+from .common import header
+
+#: the issue's targets: step / torch's step (per model), autotuned speedup over the best single algorithm
+#: (ResNet-20), cold tuning seconds of all three passes (ResNet-20).
+TORCH_TARGET = {"lenet5": 1.5, "resnet20": 1.5}
+SINGLE_TARGET = {"resnet20": 1.2}
+COLD_TARGET = {"resnet20": 10.0}
+ABANDON = 4.0
+
+
+def ms(seconds) -> str:
+    return f"{seconds * 1e3:.1f}"
+
+
+def pass_sums(parts: dict) -> dict:
+    """pass -> the sum over layers of that pass's median seconds in the step."""
+    return {op: sum(s for (_, o), s in parts.items() if o == op) for op in PASSES}
+
+
+def alone_sums(r: dict, who: str) -> dict:
+    """pass -> the sum over the step's conv calls of their time alone (``who``: "ours" or "torch")."""
+    return {op: sum(r["alone"][(p, op)][who] for name, p in r["calls"] if (p, op) in r["alone"]
+                    and (name, op) in r["parts"]["autotuned"]) for op in PASSES}
+
+
+def summary_rows(label, r) -> list:
+    times, torch_s = r["times"], r["times"].get("torch")
+    rows = []
+    for mode, t in times.items():
+        if mode == "torch":
+            conv = alone_sums(r, "torch") if r["alone"] else {}
+            cells = [f"~{ms(conv[op])}" if conv else "-" for op in PASSES]
+            other = f"~{ms(t - sum(conv.values()))}" if conv else "-"
+        else:
+            conv = pass_sums(r["parts"][mode])
+            cells, other = [ms(conv[op]) for op in PASSES], ms(t - sum(conv.values()))
+        step = f"{ms(t)} (1 step)" if mode in r["abandoned"] else ms(t)
+        mark = "**" if mode == "autotuned" else ""
+        ratio = f"{t / torch_s:.2f}" if torch_s else "-"
+        rows.append(f"| {label} | {mark}{mode}{mark} | {step} | " + " | ".join(cells)
+                    + f" | {other} | {ratio} | {r['losses'][mode]:.5f} |")
+    return rows
+
+
+def verdict(ok: bool) -> str:
+    return "**met**" if ok else "**missed**"
+
+
+def target_lines(label, model_name, r) -> list:
+    """The issue's targets that apply to this model, met or missed, with where the time goes."""
+    times, lines = r["times"], []
+    auto, auto_parts = times["autotuned"], pass_sums(r["parts"]["autotuned"])
+    singles = {n: t for n, t in times.items() if n not in ("autotuned", "torch")}
+    if model_name in TORCH_TARGET and "torch" in times:
+        ratio, target = auto / times["torch"], TORCH_TARGET[model_name]
+        ours, theirs = alone_sums(r, "ours"), alone_sums(r, "torch")
+        gaps = ", ".join(f"{op} {ms(ours[op])} / {ms(theirs[op])}" for op in PASSES)
+        rest = f"{ms(auto - sum(auto_parts.values()))} / ~{ms(times['torch'] - sum(theirs.values()))}"
+        lines.append(f"- {label} train step / torch's: **{ratio:.2f}** (target <= {target}): "
+                     f"{verdict(ratio <= target)}. Where it goes, ms ours / torch's: conv passes alone {gaps}; "
+                     f"the rest of the step {rest}.")
+    if model_name in SINGLE_TARGET:
+        target = SINGLE_TARGET[model_name]
+        if singles:
+            best = min(singles, key=singles.get)
+            speedup = singles[best] / auto
+            lines.append(f"- {label} best single algorithm ({best}) / autotuned: **{speedup:.2f}x** (target >= "
+                         f"{target}x): {verdict(speedup >= target)}.")
+        else:
+            lines.append(f"- {label}: no single algorithm supports every layer and pass (target >= {target}x "
+                         "over the best of them): nothing to compare.")
+    if singles:
+        best_per_pass = []
+        for op in PASSES:
+            sums = {n: pass_sums(r["parts"][n])[op] for n in singles}
+            best = min(sums, key=sums.get)
+            best_per_pass.append(f"{op} {best} {ms(sums[best])} against autotuned {ms(auto_parts[op])}")
+        lines.append(f"- {label} best single algorithm per pass (conv ms in the step): " + "; ".join(best_per_pass)
+                     + ".")
+    if model_name in COLD_TARGET:
+        total, target = sum(r["cold"]["passes"].values()), COLD_TARGET[model_name]
+        lines.append(f"- {label} cold tuning of all three passes: **{total:.1f} s** (target <= {target:.0f} s): "
+                     f"{verdict(total <= target)}.")
+    return lines
+
+
+def layer_rows(r) -> list:
+    rows = []
+    for name, p in r["calls"]:
+        cells = []
+        for op in PASSES:
+            if (name, op) not in r["parts"]["autotuned"]:
+                cells.append("-")
+                continue
+            cell = f"{r['chosen'].get((p, op), '?')} {ms(r['parts']['autotuned'][(name, op)])}"
+            if (p, op) in r["alone"]:
+                a = r["alone"][(p, op)]
+                cell += f" ({ms(a['ours'])} / {ms(a['torch'])})"
+            cells.append(cell)
+        rows.append(f"| {name} | `{p}` | " + " | ".join(cells) + " |")
+    return rows
+
+
+def report(results, args, rounds, compile_s) -> str:
+    command = "python -m bench.train" + (" --quick" if args.quick else "")
+    lines = [header("CPU training step: autotuned, each single algorithm, and torch"),
+             f"Command: `{command}`; {rounds} interleaved rounds at least. numba and torch with "
+             f"{numba.get_num_threads()} threads. One training step = forward, CrossEntropyLoss, backward, "
+             f"SGD(lr=0.1, momentum=0.9, weight_decay=5e-4), on one fixed batch with the weights reset (untimed) "
+             "before each step. Step: median ms. Conv columns: the sum over layers of each conv pass's median "
+             "time inside the step; other = step - conv passes (BatchNorm, ReLU, pooling, Linear, loss, update). "
+             "torch's conv columns (~) are its layers timed alone, pass by pass. A mode over "
+             f"{ABANDON:g}x the autotuned step is timed once and left out of the rounds. loss: the step's loss "
+             "from the shared weights (the torch twin must agree).\n",
+             "| model | mode | step ms | forward convs | backward-data convs | backward-filter convs | other | "
+             "step / torch | loss |", "|---" * 9 + "|"]
+    for label, (_, r) in results.items():
+        lines += summary_rows(label, r)
+    lines += ["", "## Targets (from this run)", ""]
+    for label, (model_name, r) in results.items():
+        lines += target_lines(label, model_name, r)
+    lines += ["", "## Cold tuning", "",
+              f"JIT warm-up first (one cold-tuned step of each model at batch 2: every candidate of every pass "
+              f"compiled or loaded from Numba's cache): **{compile_s:.1f} s**, not counted below.", ""]
+    for label, (_, r) in results.items():
+        c = r["cold"]
+        lines.append(f"- {label}: first step {c['wall']:.1f} s; tuning " + ", ".join(
+            f"{op} {s:.1f} s" for op, s in c["passes"].items()) + f" (sum {sum(c['passes'].values()):.1f} s); "
+            f"first calls over 10x their median (compilation the warm-up missed): {c['late_compile']:.1f} s. "
+            f"Not forced (keys of the step unsupported): "
+            + (", ".join(f"{n} ({k})" for n, k in r["unsupported"].items()) or "none") + ".")
+    for label, (_, r) in results.items():
+        lines += [f"\n## {label}: per layer", "",
+                  "Each pass: the autotuned choice and its median ms in the step (alone: ours / torch's ms).", "",
+                  "| layer | shape | forward | backward-data | backward-filter |", "|---|---|---|---|---|"]
+        lines += layer_rows(r)
+    return "\n".join(lines) + "\n"
