@@ -8,7 +8,7 @@ A device answers, for the tuner:
 - ``name`` (part of the table's key), ``kind`` ("cpu" or "cuda": which heuristics apply), ``layout(x)`` and
   ``threads()`` (also in the key);
 - ``timer``: how a run is timed (wall clock on the CPU, CUDA events on the GPU);
-- ``run(algorithm, op, a, b, p, out, bias)``: one pass through ``convalgos.run``; ``last_workspace``: bytes
+- ``run(algorithm, op, a, b, p, out, bias, prepared)``: one pass through ``convalgos.run``; ``last_workspace``: bytes
   the last run newly allocated, where the device can see it (the GPU's memory pool), else None;
 - ``host(a)``: a NumPy view or copy of a result, for the reference check;
 - ``release(algorithm)``: free what a failed candidate left behind.
@@ -55,8 +55,8 @@ class CpuDevice:
     def threads(self) -> int:
         return numba.get_num_threads()
 
-    def run(self, algorithm, op, a, b, p, out=None, bias=None):
-        return convalgos.run(algorithm, op, a, b, p, out, bias)
+    def run(self, algorithm, op, a, b, p, out=None, bias=None, prepared=None):
+        return convalgos.run(algorithm, op, a, b, p, out, bias, prepared=prepared)
 
     def host(self, a):
         return np.asarray(a)
@@ -129,11 +129,11 @@ class GpuDevice(CpuDevice):
     def threads(self) -> int:
         return int(self._properties["multiProcessorCount"])
 
-    def run(self, algorithm, op, a, b, p, out=None, bias=None):
+    def run(self, algorithm, op, a, b, p, out=None, bias=None, prepared=None):
         import cupy
         pool = cupy.get_default_memory_pool()
         before = pool.total_bytes()
-        result = convalgos.run(algorithm, op, a, b, p, out, bias)
+        result = convalgos.run(algorithm, op, a, b, p, out, bias, prepared=prepared)
         self.last_workspace = max(0, pool.total_bytes() - before)
         return result
 

@@ -9,6 +9,8 @@ from convalgos import PASSES, ConvParams
 #: the table's counters. ``passes``: pass -> PassInfo; ``layers``: layer -> LayerInfo (shapes.py).
 CacheInfo = namedtuple("CacheInfo", "hits misses entries tuning_seconds passes layers")
 PassInfo = namedtuple("PassInfo", "hits misses entries tuning_seconds")
+#: what ``Tuner.forward_choice`` answers: the algorithm object, the validated layer, and the key's entry.
+Choice = namedtuple("Choice", "algorithm params entry")
 
 MiB = float(1 << 20)
 
@@ -16,8 +18,10 @@ MiB = float(1 << 20)
 @dataclass(frozen=True)
 class Key:
     """Everything that changes the best algorithm: the layer (dtype included), the input's memory layout,
-    the device, the deterministic flag, the thread count in use, and the pass (``op``, one of
-    ``convalgos.PASSES``: each pass of a layer is tuned on its own)."""
+    the device, the deterministic flag, the thread count in use, the pass (``op``, one of
+    ``convalgos.PASSES``: each pass of a layer is tuned on its own), and ``prepared``: the caller runs the
+    pass on a weight prepared once (eval mode's ``Tuner.forward_choice(..., prepared=True)``), so candidates
+    that prepare are timed without their weight transform, which is reported apart."""
 
     params: ConvParams
     layout: str = "contiguous"
@@ -25,19 +29,22 @@ class Key:
     deterministic: bool = False
     threads: int = 1
     op: str = "forward"
+    prepared: bool = False
 
     def __hash__(self) -> int:
         """Computed once: a table hit hashes its key on every call."""
         try:
             return self.__dict__["_hash"]
         except KeyError:
-            h = hash((self.params, self.layout, self.device, self.deterministic, self.threads, self.op))
+            h = hash((self.params, self.layout, self.device, self.deterministic, self.threads, self.op,
+                      self.prepared))
             object.__setattr__(self, "_hash", h)
             return h
 
     def to_dict(self) -> dict:
-        return {"params": asdict(self.params), "layout": self.layout, "device": self.device,
-                "deterministic": self.deterministic, "threads": self.threads, "op": self.op}
+        d = {"params": asdict(self.params), "layout": self.layout, "device": self.device,
+             "deterministic": self.deterministic, "threads": self.threads, "op": self.op}
+        return {**d, "prepared": True} if self.prepared else d      # files of plain keys stay as they were
 
     @classmethod
     def from_dict(cls, d: dict) -> "Key":
@@ -49,11 +56,12 @@ class Key:
         if op not in PASSES:
             raise ValueError(f"op must be one of {PASSES}, got {op!r}")
         return cls(ConvParams(**q), str(d["layout"]), str(d["device"]), bool(d["deterministic"]),
-                   int(d["threads"]), op)
+                   int(d["threads"]), op, bool(d.get("prepared", False)))
 
     def __str__(self) -> str:
         det = " deterministic" if self.deterministic else ""
-        return f"{self.op}: {self.params} | {self.layout} {self.device} threads={self.threads}{det}"
+        prepared = " (prepared weight)" if self.prepared else ""
+        return f"{self.op}{prepared}: {self.params} | {self.layout} {self.device} threads={self.threads}{det}"
 
 
 @dataclass
@@ -70,7 +78,9 @@ class Entry:
     not eligible, or failed; ``abandoned``: name -> why its timing stopped early; ``tied``: the candidates whose medians were
     within the noise of the fastest (the choice among them is the tie-break's); ``ranked``: the candidates in
     order of preference, where a call falls back when the choice fails; ``fresh_output``: whether the timed
-    runs allocated their output (the call had no ``out=``) or wrote into the caller's buffer.
+    runs allocated their output (the call had no ``out=``) or wrote into the caller's buffer;
+    ``prepare_seconds`` and ``prepare_bytes``: for a ``prepared`` key, what preparing each candidate's weight
+    took once (seconds, not in ``times``) and holds (bytes).
     """
 
     key: Key
@@ -90,6 +100,8 @@ class Entry:
     ranked: list = field(default_factory=list)
     fresh_output: bool = True
     tuning_seconds: float = 0.0
+    prepare_seconds: dict = field(default_factory=dict)
+    prepare_bytes: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -130,6 +142,10 @@ class Entry:
                              f"{self.spikes.get(name, 0):>7}{self.warmup.get(name, 0) * 1e3:>15.1f}"
                              f"{self.errors.get(name, float('nan')):>10.1e}"
                              f"{self.workspace.get(name, 0) / MiB:>15.1f}")
+            if self.prepare_seconds:
+                lines.append("  prepared once per weight (not in the times): " + "; ".join(
+                    f"{n} {self.prepare_seconds[n] * 1e3:.3f} ms, {self.prepare_bytes.get(n, 0) / MiB:.2f} MiB"
+                    for n in self.prepare_seconds))
             for name, why in self.abandoned.items():
                 lines.append(f"    {name}: abandoned, {why}")
         for name, why in self.skipped.items():

@@ -27,7 +27,7 @@ from . import cache
 from .devices import DEVICES, device_of
 from .heuristics import Heuristics
 from .shapes import ShapeLog, distance, layer_of
-from .table import CacheInfo, DispatchTable, Entry, Key, PassInfo
+from .table import CacheInfo, Choice, DispatchTable, Entry, Key, PassInfo
 from .tuning import heuristic_entry, reused_entry, tune
 
 #: ``cache_path=ENV``: the path in the AUTOTUNE_CACHE environment variable, read at first use.
@@ -126,10 +126,18 @@ class Tuner:
     def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=None):
         """``convalgos.conv2d`` (torch tensors in, torch tensors out), the algorithm chosen per key."""
         (x, weight, bias, out), back = _arrays(x, weight, bias, out)
-        found = self._found("forward", None, x, weight, bias, stride, padding, dilation, groups, lambda: (
-            ConvParams.from_arrays(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
-                                   groups=groups)))
+        found = self._forward_found(x, weight, bias, stride, padding, dilation, groups)
         return from_arrays(self._dispatch(found, x, weight, out, bias), back)
+
+    def forward_choice(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=None,
+                       prepared=False):
+        """What ``conv2d`` would run (chosen now on a miss; None for an empty batch), for a caller that runs it
+        itself on a prepared weight (``nn.Conv2d`` in eval mode, with ``prepared=True``: ``Key.prepared``)."""
+        found = self._forward_found(x, weight, bias, stride, padding, dilation, groups, prepared)
+        if found[1].N == 0:
+            return None
+        entry, registry = self._entry(found, x, weight, out)
+        return Choice(registry[entry.algo], found[1], entry)
 
     def conv2d_input(self, input_shape, weight, grad_output, stride=1, padding=0, dilation=1, groups=1, *,
                      out=None):
@@ -183,18 +191,23 @@ class Tuner:
             self._notes = [n for n in self._notes if not n.startswith(f"{path}:")] + notes
 
     # ---- one call ----------------------------------------------------------------------------------------
-    def _found(self, op, spec, a, b, bias, stride, padding, dilation, groups, validate) -> tuple:
+    def _forward_found(self, x, weight, bias, stride, padding, dilation, groups, prepared=False) -> tuple:
+        return self._found("forward", None, x, weight, bias, stride, padding, dilation, groups, lambda: (
+            ConvParams.from_arrays(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
+                                   groups=groups)), bool(prepared))
+
+    def _found(self, op, spec, a, b, bias, stride, padding, dilation, groups, validate, prepared=False) -> tuple:
         """(device, layer, key, result shape) of a call: from the memo, else validated and remembered."""
         try:
             memo = (op, spec, _signature(a), _signature(b), None if bias is None else _signature(bias), stride,
-                    padding, dilation, groups, self.deterministic, numba.get_num_threads())
+                    padding, dilation, groups, self.deterministic, numba.get_num_threads(), prepared)
             found = self._memo.get(memo)
         except (TypeError, AttributeError):     # unhashable arguments or non-arrays: validate() says what is wrong
             memo = found = None
         if found is None:
             p = validate()
             device = device_of(a, self.devices)
-            key = Key(p, device.layout(a), device.name, self.deterministic, device.threads(), op)
+            key = Key(p, device.layout(a), device.name, self.deterministic, device.threads(), op, prepared)
             found = device, p, key, p.result_shape(op)
             if memo is not None:
                 self._memo[memo] = found
@@ -209,14 +222,19 @@ class Tuner:
             result = array_module(a).zeros(shape, a.dtype) if out is None else out
             result[...] = 0
             return result
-        if not self._cache_loaded:
-            self._load_cache_once()
-        registry = device.algorithms if self.algorithms is None else self.algorithms
-        entry = self._lookup(key, registry) or self._miss(key, a, b, device, registry, out)
+        entry, registry = self._entry(found, a, b, out)
         try:
             return device.run(registry[entry.algo], key.op, a, b, p, out, bias)
         except Exception as error:  # noqa: BLE001 - the next ranked algorithm serves the call
             return self._fall_back(entry, error, device, registry, (key.op, a, b, p, out, bias))
+
+    def _entry(self, found, a, b, out) -> tuple:
+        """(the key's entry, chosen now on a miss; the registry its name is in)."""
+        device, _, key, _ = found
+        if not self._cache_loaded:
+            self._load_cache_once()
+        registry = device.algorithms if self.algorithms is None else self.algorithms
+        return self._lookup(key, registry) or self._miss(key, a, b, device, registry, out), registry
 
     def _fall_back(self, entry: Entry, error, device, registry, call):
         """The chosen algorithm failed at a call: the next ranked that runs serves it, and becomes the choice."""
@@ -284,7 +302,7 @@ class Tuner:
         layer = layer_of(key)
         with self._lock:
             same = [e for k, e in self._table.items()
-                    if k.op == key.op and e.source == "benchmark" and layer_of(k) == layer]
+                    if (k.op, k.prepared, e.source) == (key.op, key.prepared, "benchmark") and layer_of(k) == layer]
         return min(same, key=lambda e: distance(e.key, key), default=None)
 
     def _cache_file(self):

@@ -6,6 +6,9 @@
    measurements found that many times slower than the best of the layer's class (every candidate costs at
    least two of its runs, so one 20x slower costs 40 runs of the winner). Every exclusion is recorded
    with its reason. When nothing fits the workspace limit, the error names the smallest workspace that would.
+   For a ``prepared`` key (eval mode: the caller prepares the weight once), a candidate that prepares has its
+   weight prepared once first (seconds and bytes recorded apart, ``Entry.prepare_seconds``/``prepare_bytes``)
+   and every run of it below, checked and timed, is the prepared path the caller will run.
 2. Each candidate runs once on the real operands as a warm-up (JIT compilation included, reported apart) and
    its result is checked against the float64 reference (``measure.ReferenceCheck``); one outside its
    tolerance is rejected, and one that raises anything at all is skipped with the error recorded.
@@ -90,13 +93,16 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     checker = ReferenceCheck(op, device.host(a), device.host(b), p)
     calls = {}
     for name in ranked:
-        algorithm = registry[name]
+        algorithm, form = registry[name], []
 
-        def call(algorithm=algorithm):
-            return device.run(algorithm, op, a, b, p, out)
+        def call(algorithm=algorithm, form=form):
+            return device.run(algorithm, op, a, b, p, out, prepared=form[0] if form else None)
 
         result = []
         try:
+            if key.prepared and algorithm.prepares(op):
+                entry.prepare_seconds[name] = timer.time(lambda: form.append(algorithm.prepare(b, p, op)))
+                entry.prepare_bytes[name] = form[0].nbytes
             entry.warmup[name] = timer.time(lambda: result.append(call()))
         except Exception as e:  # noqa: BLE001 - whatever a candidate raises skips it, never the user's call
             skipped[name] = f"failed: {type(e).__name__}: {e}"
