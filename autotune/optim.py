@@ -49,6 +49,7 @@ class SGD:
 
     def step(self) -> None:
         """Update every parameter that has a gradient, in place (the gradients are left as they are)."""
+        self.model.drop_prepared()        # eval-mode forms derived from the weights go; the weights unfreeze
         grads = self.model.grad_dict()
         for name, p in self.model.named_parameters():
             g = grads.get(name)

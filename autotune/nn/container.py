@@ -4,15 +4,24 @@ Their backward passes run the children's in reverse order. Every child but the f
 gradient (the previous child needs it); the first is asked only when the container's caller asks, so a
 model's first layer skips its backward-data pass, as torch does for an input that does not require a
 gradient. A residual sum passes its gradient unchanged to both branches, which add up at the input.
+
+Fusion (``model.fuse``, ``inference.py``) is decided here, where the data flow is known: a container folds a
+BatchNorm into the conv before it and makes a ReLU that follows the conv's epilogue; the absorbed children are
+skipped in eval mode (``Module.absorbed``). It lets a conv keep its output buffer only when a later layer of
+the model consumes that output within the pass (``final``: this container's output is the model's).
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 
-from .activation import ReLU, relu_backward
+from .activation import Dropout, Identity, ReLU, relu_backward
 from .conv import Conv2d
+from .linear import Flatten
 from .module import Module
 from .norm import BatchNorm2d
+
+#: layers whose eval output is their input or a view of it: a conv before them is as final as they are.
+PASS_THROUGH = (Identity, Dropout, Flatten)
 
 
 class Sequential(Module):
@@ -32,9 +41,28 @@ class Sequential(Module):
 
     def forward(self, x):
         self.save_for_backward()
-        for _, module in self.named_children():
-            x = module(x)
+        for name, module in self.named_children():
+            if not self.absorbed(name):
+                x = module(x)
         return x
+
+    def _fuse(self, batchnorm, relu, buffers, final):
+        children = list(self.named_children())
+        for i, (name, conv) in enumerate(children):
+            if not isinstance(conv, Conv2d):
+                continue
+            after = children[i + 1:]
+            if batchnorm and after and isinstance(after[0][1], BatchNorm2d):
+                conv.fold(after[0][1])
+                self.absorb(after[0][0], conv, f"folded into {name}")
+                after = after[1:]
+            if relu and after and isinstance(after[0][1], ReLU):
+                conv.relu_epilogue = True
+                self.absorb(after[0][0], conv, f"{name}'s epilogue")
+        absorbed = self.__dict__.get("_absorbed", {})
+        live = [module for name, module in children if name not in absorbed]
+        for i, module in enumerate(live):
+            module._fuse(batchnorm, relu, buffers, final and all(isinstance(m, PASS_THROUGH) for m in live[i + 1:]))
 
     def backward_from(self, saved, grad, input_grad):
         children = [module for _, module in self.named_children()]
@@ -65,10 +93,31 @@ class BasicBlock(Module):
 
     def forward(self, x):
         shortcut = x if self.downsample is None else self.downsample(x)
-        hidden = self.relu(self.bn1(self.conv1(x)))
-        y = self.relu(self.bn2(self.conv2(hidden)) + shortcut)
+        hidden = self.conv1(x)
+        hidden = hidden if self.absorbed("bn1") else self.bn1(hidden)
+        hidden = hidden if self.conv1.relu_runs() else self.relu(hidden)
+        if self.conv2.relu_runs():                    # fused: conv2's epilogue adds the shortcut, then ReLU
+            y = self.conv2.forward(hidden, residual=shortcut)
+        else:
+            y = self.conv2(hidden)
+            y = self.relu((y if self.absorbed("bn2") else self.bn2(y)) + shortcut)
         self.save_for_backward(hidden, y)
         return y
+
+    def _fuse(self, batchnorm, relu, buffers, final):
+        """bn1 and bn2 fold into conv1 and conv2; with both switches, ReLU becomes conv1's epilogue and, after
+        the shortcut is added, conv2's (whose output is then the block's)."""
+        if batchnorm:
+            for conv, bn in (("conv1", "bn1"), ("conv2", "bn2")):
+                getattr(self, conv).fold(getattr(self, bn))
+                self.absorb(bn, getattr(self, conv), f"folded into {conv}")
+            if relu:
+                self.conv1.relu_epilogue = self.conv2.relu_epilogue = True
+                self.absorb("relu", self.conv2, "conv1's epilogue, and conv2's after the shortcut")
+        self.conv1._fuse(batchnorm, relu, buffers, False)
+        self.conv2._fuse(batchnorm, relu, buffers, final and self.conv2.relu_epilogue)
+        if self.downsample is not None:
+            self.downsample._fuse(batchnorm, relu, buffers, False)
 
     def backward_from(self, saved, dy, input_grad):
         hidden, y = saved

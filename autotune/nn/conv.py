@@ -12,6 +12,10 @@ one, or the layer's ``tuner``), which tunes each pass under its own key; an algo
 reference (its outputs are float64, and so is everything downstream); a callable with ``conv2d``'s signature
 (e.g. a wrapper of torch's) computes the forward pass only. ``use_algorithm`` sets it on every conv of a model
 for the length of a ``with`` block.
+
+In eval mode a conv may prepare its weights, fold the following BatchNorm in, apply its epilogue (bias,
+shortcut, ReLU) in place and keep its output buffer: ``inference.py`` says how and when, and how the weights
+are frozen while forms derived from them exist.
 """
 from __future__ import annotations
 
@@ -24,6 +28,7 @@ from convalgos import ConvParams, reference
 
 import autotune
 
+from .inference import EvalWeights, epilogue
 from .module import Module, channel_sum, he_normal, pair
 
 #: The pseudo-algorithm name that sends a conv to the float64 reference.
@@ -56,10 +61,13 @@ class Conv2d(Module):
     """``torch.nn.Conv2d``: weight (K, C/groups, R, S), optional bias (K,).
 
     ``tuner``: an ``autotune.Tuner`` to dispatch through instead of the module-level one. ``algo``: see the
-    module docstring (None: autotuned).
+    module docstring (None: autotuned). Eval-mode switches (``inference.py``): ``prepare`` (hold the chosen
+    algorithm's prepared weight; on), and those the containers' ``fuse`` sets: ``folded_bn`` (a BatchNorm2d
+    folded in, or None), ``relu_epilogue``, ``reuse_output``.
     """
 
     param_names = ("weight", "bias")
+    prepare, folded_bn, relu_epilogue, reuse_output = True, None, False, False
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1, groups=1,
                  bias=True, *, dtype="float32", rng=None, tuner=None):
@@ -70,26 +78,122 @@ class Conv2d(Module):
         self.bias = np.zeros(out_channels, dtype) if bias else None
         self.stride, self.padding, self.dilation, self.groups = stride, padding, dilation, groups
         self.tuner, self.algo = tuner, None
+        self._eval, self._output = None, None
 
     def _layer(self):
         return self.stride, self.padding, self.dilation, self.groups
 
-    def _pass(self, name: str, *args):
+    def _pass(self, name: str, *args, out=None):
         """Run pass ``name`` ("conv2d", "conv2d_input" or "conv2d_weight") by whoever ``algo`` names."""
+        into = {} if out is None else {"out": out}
         if self.algo is None:
-            return getattr(autotune if self.tuner is None else self.tuner, name)(*args)
+            return getattr(autotune if self.tuner is None else self.tuner, name)(*args, **into)
         if isinstance(self.algo, str):
             if self.algo == REFERENCE:
                 return _REFERENCE_PASSES[name](*args)
-            return getattr(convalgos, name)(*args, algo=self.algo)
+            return getattr(convalgos, name)(*args, algo=self.algo, **into)
         if name != "conv2d":
             raise TypeError(f"Conv2d.algo={self.algo!r} is a callable, which computes the forward pass only; "
                             "the backward passes need algo=None, an algorithm name or 'reference'")
         return self.algo(*args)
 
-    def forward(self, x):
+    def forward(self, x, residual=None):
+        """conv(x) + bias; in eval mode through the fused path, which adds ``residual`` (a BasicBlock's
+        shortcut) before its ReLU epilogue."""
         self.save_for_backward(x)
+        if self.fused():
+            return self._eval_forward(x, residual)
+        if self._eval is not None:          # a folded BatchNorm put in train mode alone: unfreeze its arrays
+            self.drop_derived()
         return self._pass("conv2d", x, self.weight, self.bias, *self._layer())
+
+    def fold(self, bn) -> None:
+        """Fold ``bn`` (the BatchNorm2d that follows this conv, or None) into it in eval mode."""
+        object.__setattr__(self, "folded_bn", bn)   # a reference, not a child: bn stays its container's child
+        self.drop_derived()
+
+    def fused(self) -> bool:
+        """True when this call takes the eval path: eval mode, and a folded BatchNorm (if any) in eval mode."""
+        return not self.training and (self.folded_bn is None or not self.folded_bn.training)
+
+    def relu_runs(self) -> bool:
+        """True when this call applies the ReLU epilogue (the container then skips its ReLU)."""
+        return self.relu_epilogue and self.fused()
+
+    def _eval_forward(self, x, residual):
+        tail = self.relu_epilogue or residual is not None
+        state = self._eval_weights() if self.folded_bn is not None or self._eval is not None else None
+        weight, bias = (self.weight, self.bias) if state is None else (state.weight, state.bias)
+        out = self._output_for(x, weight) if self.reuse_output and self._takes_out() else None
+        choice, y = self._choice(x, weight, bias, out), None
+        if choice is not None:
+            if state is None and choice.algorithm.prepares("forward"):
+                state = self._eval_weights()                # freezes the arrays: from now on, use its views
+                weight, bias = state.weight, state.bias
+            y = self._chosen_run(state, choice, x, weight, None if tail else bias, out)
+        if y is None:
+            y = self._pass("conv2d", x, weight, None if tail else bias, *self._layer(), out=out)
+        if tail:
+            epilogue(y, bias, residual, self.relu_epilogue)
+        return y
+
+    def _chosen_run(self, state, choice, x, weight, bias, out):
+        """The dispatcher's choice for the prepared key, on its prepared weight where it prepares one; None when
+        it raised (the plain call then serves, through the dispatcher's own fallbacks)."""
+        algorithm, p = choice.algorithm, choice.params
+        try:
+            if state is not None and algorithm.prepares("forward") and algorithm.name not in state.failed:
+                form = state.form(algorithm, p, x)
+                return convalgos.run(algorithm, "forward", x, None, p, out, bias, prepared=form)
+            return convalgos.run(algorithm, "forward", x, weight, p, out, bias)
+        except Exception:  # noqa: BLE001 - a fault here never fails a call the plain path can serve
+            if state is not None:
+                state.fail(algorithm)
+            return None
+
+    def _choice(self, x, weight, bias, out):
+        """The dispatcher's ``forward_choice`` for this call, when weights are prepared and the dispatcher says
+        what it runs (a stand-in dispatcher without ``forward_choice`` gets the plain call)."""
+        if not self.prepare or self.algo is not None or type(x) is not np.ndarray:
+            return None
+        tuner = self.tuner if self.tuner is not None else getattr(autotune.conv2d, "__self__", None)
+        choose = getattr(tuner, "forward_choice", None)
+        return None if choose is None else choose(x, weight, bias, *self._layer(), out=out, prepared=True)
+
+    def _takes_out(self) -> bool:
+        return self.algo is None or (isinstance(self.algo, str) and self.algo != REFERENCE)
+
+    def _eval_weights(self) -> EvalWeights:
+        """The eval weights, rebuilt (and the arrays frozen) when missing or no longer current."""
+        if self._eval is None or not self._eval.current(self, self.folded_bn):
+            if self._eval is not None:
+                self._eval.release()
+            self._eval = EvalWeights(self, self.folded_bn)
+        return self._eval
+
+    def _output_for(self, x, weight):
+        """The kept output buffer for ``x``'s shape and dtype (a new one when either changed)."""
+        if self._output is None or self._output[0] != (x.shape, x.dtype):
+            p = ConvParams.from_arrays(x, weight, stride=self.stride, padding=self.padding,
+                                       dilation=self.dilation, groups=self.groups)
+            self._output = ((x.shape, x.dtype), np.empty(p.out_shape, x.dtype))
+        return self._output[1]
+
+    def _fuse(self, batchnorm, relu, buffers, final) -> None:
+        self.reuse_output = buffers and not final      # the model's own output is never a kept buffer
+
+    def _unfuse_own(self) -> None:
+        self.fold(None)
+        self.relu_epilogue = self.reuse_output = False
+
+    def _set_prepare(self, enabled: bool) -> None:
+        self.prepare = enabled
+
+    def drop_derived(self) -> None:
+        """Drop the prepared forms, the folded weights and the kept output; unfreeze the arrays."""
+        if self._eval is not None:
+            self._eval.release()
+        self._eval, self._output = None, None
 
     def backward_from(self, saved, dy, input_grad):
         (x,) = saved
@@ -102,10 +206,15 @@ class Conv2d(Module):
 
     def extra_repr(self) -> str:
         K, Cg, R, S = self.weight.shape
+        eval_path = [name for name, on in (("batchnorm folded", self.folded_bn is not None),
+                                           ("relu epilogue", self.relu_epilogue),
+                                           ("output reused", self.reuse_output)) if on]
+        held = self._eval.describe() if self._eval is not None else ""
+        eval_path.append(f"prepared: {held}" if held else ("prepares weights" if self.prepare else "prepare off"))
         return (f"{Cg * self.groups}, {K}, kernel_size=({R}, {S}), stride={self.stride}, padding={self.padding}"
                 + (f", dilation={self.dilation}" if self.dilation != 1 else "")
                 + (f", groups={self.groups}" if self.groups != 1 else "")
-                + (", bias=False" if self.bias is None else ""))
+                + (", bias=False" if self.bias is None else "") + f"; eval: {', '.join(eval_path)}")
 
 
 def conv_layers(model: Module):

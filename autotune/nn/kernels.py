@@ -6,6 +6,8 @@
   starts at the window's first in-bounds element with max -inf, and a later tap wins only if it is larger
   or NaN, so ties go to the first in scan order and NaN propagates.
 - ``max_pool_grad``: each output's dy is added at its max's index (windows may overlap).
+- ``epilogue``: a conv output's bias, a residual and a ReLU applied in place in one pass (eval mode's fused
+  path, ``inference.py``), where NumPy would take three passes and two fresh arrays.
 
 All run in parallel over the (n, c) planes, so no two threads write the same element.
 """
@@ -54,3 +56,21 @@ def max_pool_grad(dy, argmax, dx):
         dx[p, :] = 0
         for o in range(n_out):
             dx[p, argmax[p, o]] += dy[p, o]
+
+
+@njit(parallel=True, cache=True)
+def epilogue(y, bias, residual, relu):
+    """y (N, K, P) in place: y += bias[k], += residual (N, K, P) unless it is empty, then ReLU when ``relu``
+    (a NaN stays NaN, as with np.maximum)."""
+    N, K, P = y.shape
+    add = residual.shape[0] > 0
+    for nk in prange(N * K):
+        n, k = nk // K, nk % K
+        b = bias[k]
+        for i in range(P):
+            v = y[n, k, i] + b
+            if add:
+                v += residual[n, k, i]
+            if relu and v < 0:
+                v = 0
+            y[n, k, i] = v

@@ -2,6 +2,10 @@
 
 A layer keeps what its backward pass needs only while it is in train mode (``model.train()``), so inference
 holds no activations. Parameter gradients accumulate, as in torch, until ``zero_grad()`` drops them.
+
+Eval mode's fast path (``inference.py``): ``prepare_weights(enabled)``, ``fuse(batchnorm, relu, buffers)`` and
+``unfuse()`` switch it for a module and its descendants; ``drop_prepared()`` drops what it derived from the
+weights (and makes them writeable again): every method here that changes weights or modes calls it.
 """
 from __future__ import annotations
 
@@ -82,6 +86,8 @@ class Module(abc.ABC):
         for _, module in self.named_modules():
             module.training = bool(mode)
             module._saved = None
+        if mode:
+            self.drop_prepared()        # train mode keeps no derived weights (each step changes the weights)
         return self
 
     def eval(self) -> "Module":
@@ -174,6 +180,7 @@ class Module(abc.ABC):
                      for k in own if k in given and given[k].shape != own[k].shape]
         if problems:
             raise StateDictError(f"load_state_dict into {type(self).__name__} failed:\n  " + "\n  ".join(problems))
+        self.drop_prepared()
         for prefix, module in self.named_modules():
             for name, value in list(module._own_arrays()):
                 key = f"{prefix}.{name}" if prefix else name
@@ -181,13 +188,69 @@ class Module(abc.ABC):
 
     def astype(self, dtype) -> "Module":
         """Cast every array of every module to ``dtype`` in place; returns self."""
+        self.drop_prepared()
         for _, module in self.named_modules():
             for name, value in list(module._own_arrays()):
                 setattr(module, name, value.astype(dtype))
         return self
 
+    # ---- eval mode's fast path (inference.py) -------------------------------------------------------------
+    def prepare_weights(self, enabled: bool = True) -> "Module":
+        """Let every conv hold its chosen algorithm's prepared weight in eval mode (on by default); returns self."""
+        self.drop_prepared()
+        for _, module in self.named_modules():
+            module._set_prepare(bool(enabled))
+        return self
+
+    def fuse(self, batchnorm: bool = True, relu: bool = True, buffers: bool = True) -> "Module":
+        """Eval-mode fusion for this module and its descendants: fold each BatchNorm into the conv before it,
+        apply a ReLU (and ResNet's shortcut) as that conv's epilogue, and let convs whose output stays inside
+        the model write into a kept buffer. Train mode runs unfused. Returns self."""
+        self.unfuse()
+        self._fuse(bool(batchnorm), bool(relu), bool(buffers), final=True)
+        return self
+
+    def unfuse(self) -> "Module":
+        """Undo ``fuse``: every layer runs on its own again (prepared weights stay as set); returns self."""
+        self.drop_prepared()
+        for _, module in self.named_modules():
+            module._unfuse_own()
+        return self
+
+    def drop_prepared(self) -> None:
+        """Drop every prepared form, folded weight and kept buffer below this module, and make the weights
+        writeable again; the next eval pass derives them anew."""
+        for _, module in self.named_modules():
+            module.drop_derived()
+
+    def absorb(self, name: str, conv, note: str) -> None:
+        """Mark child ``name`` as computed by ``conv``'s fused path (``note`` says how, in ``repr``)."""
+        self.__dict__.setdefault("_absorbed", {})[name] = (conv, note)
+
+    def absorbed(self, name: str) -> bool:
+        """True when child ``name`` is skipped: it was absorbed by a conv whose fused path runs now."""
+        conv, _ = self.__dict__.get("_absorbed", {}).get(name, (None, ""))
+        return conv is not None and conv.fused()
+
+    def _fuse(self, batchnorm: bool, relu: bool, buffers: bool, final: bool) -> None:
+        """Hook: fuse within this module, whose output is the model's when ``final``. Here: a module that does
+        not know its children's data flow fuses each child on its own, as if its output were the model's."""
+        for _, child in self.named_children():
+            child._fuse(batchnorm, relu, buffers, True)
+
+    def _unfuse_own(self) -> None:
+        """Hook: undo this module's own part of ``fuse``."""
+        self.__dict__.pop("_absorbed", None)
+
+    def _set_prepare(self, enabled: bool) -> None:
+        """Hook: a layer that prepares weights takes the switch."""
+
+    def drop_derived(self) -> None:
+        """Hook: drop what this module derived from its weights for eval mode (nothing here)."""
+
     def __repr__(self) -> str:
-        children = "".join(f"\n  ({name}): " + repr(child).replace("\n", "\n  ")
+        notes = {name: f"  <- {note}" for name, (_, note) in self.__dict__.get("_absorbed", {}).items()}
+        children = "".join(f"\n  ({name}): " + repr(child).replace("\n", "\n  ") + notes.get(name, "")
                            for name, child in self.named_children())
         return f"{type(self).__name__}({self.extra_repr()}{children}{chr(10) if children else ''})"
 
