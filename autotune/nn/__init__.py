@@ -14,8 +14,13 @@ eval mode (running statistics, no dropout), forward and backward. Modules start 
 of its three passes; the others are whole-array NumPy, never Python loops over pixels. A model takes NumPy
 arrays or CPU torch tensors (read in place; a tensor in gives a tensor out).
 
-One file per kind: ``module`` (the base class: modes, gradients, state dicts), ``conv``, ``norm``,
-``activation``, ``pool``, ``linear``, ``loss``, ``container`` (Sequential, BasicBlock).
+In eval mode a conv holds its algorithm's prepared weight, and ``model.fuse()`` folds BatchNorm into the convs,
+applies ReLU (and ResNet's shortcut) as their epilogue and keeps internal conv outputs (``model.unfuse()``,
+``model.prepare_weights(False)`` switch them off; ``repr(model)`` shows them).
+
+One file per kind: ``module`` (the base class: modes, gradients, state dicts), ``conv``, ``inference`` (the
+conv's eval-mode path), ``norm``, ``activation``, ``pool``, ``linear``, ``loss``, ``container`` (Sequential,
+BasicBlock).
 """
 from .activation import Dropout, Identity, ReLU
 from .container import BasicBlock, Sequential

@@ -61,9 +61,9 @@ class Conv2d(Module):
     """``torch.nn.Conv2d``: weight (K, C/groups, R, S), optional bias (K,).
 
     ``tuner``: an ``autotune.Tuner`` to dispatch through instead of the module-level one. ``algo``: see the
-    module docstring (None: autotuned). Eval-mode switches (``inference.py``): ``prepare`` (hold the chosen
-    algorithm's prepared weight; on), and those the containers' ``fuse`` sets: ``folded_bn`` (a BatchNorm2d
-    folded in, or None), ``relu_epilogue``, ``reuse_output``.
+    module docstring (None: autotuned). Eval-mode switches (``inference.py``): ``prepare`` (hold the
+    dispatcher's chosen algorithm's prepared weight, with ``algo=None``; on), and those the containers'
+    ``fuse`` sets: ``folded_bn`` (a BatchNorm2d folded in, or None), ``relu_epilogue``, ``reuse_output``.
     """
 
     param_names = ("weight", "bias")
@@ -156,6 +156,7 @@ class Conv2d(Module):
         what it runs (a stand-in dispatcher without ``forward_choice`` gets the plain call)."""
         if not self.prepare or self.algo is not None or type(x) is not np.ndarray:
             return None
+        # the module-level dispatcher is the Tuner behind autotune.conv2d (a stand-in put there has no __self__)
         tuner = self.tuner if self.tuner is not None else getattr(autotune.conv2d, "__self__", None)
         choose = getattr(tuner, "forward_choice", None)
         return None if choose is None else choose(x, weight, bias, *self._layer(), out=out, prepared=True)
