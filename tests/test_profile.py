@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+import autotune
 from autotune import Entry, Key, models, nn, profile
 from autotune.cache import cpu_model
 from autotune.measure import Timer
@@ -109,3 +110,16 @@ def test_compare_says_when_the_autotuner_made_the_same_choice():
 
 def test_device_description_names_the_cpu():
     assert cpu_model() in profile.device_description("cpu") and "threads" in profile.device_description("cpu")
+
+
+def test_profile_records_a_fused_model_whose_convs_take_an_epilogue_operand():
+    tuner = autotune.Tuner()
+    net = models.resnet20(tuner=tuner)
+    net.eval()
+    net.fuse()                      # fused blocks call conv2.forward(hidden, residual=shortcut)
+    x = np.random.default_rng(0).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    plain = models.resnet20(tuner=tuner)(x)
+    with profile.ConvProfile(net) as prof:
+        y = net(x)
+    assert len(prof.calls) == 21 and set(prof.seconds) == {name for name, _ in prof.calls}
+    assert np.allclose(y, plain, rtol=1e-4, atol=1e-4)

@@ -41,7 +41,7 @@ class ConvProfile:
         return list(dict.fromkeys(p for _, p in self.calls))
 
     def _wrap(self, name, conv, forward):
-        def recorded(x):
+        def recorded(x, **kw):             # kw: a fused layer's epilogue operands (residual=...)
             p = ConvParams.from_arrays(x, conv.weight, conv.bias, stride=conv.stride, padding=conv.padding,
                                        dilation=conv.dilation, groups=conv.groups)
             self.calls.append((name, p))
@@ -49,7 +49,7 @@ class ConvProfile:
             if self.bar is not None:
                 self.bar.set_postfix_str(name)
             y = [None]
-            self.seconds[name] = self.timer.time(lambda: y.__setitem__(0, forward(x)))
+            self.seconds[name] = self.timer.time(lambda: y.__setitem__(0, forward(x, **kw)))
             if self.bar is not None:
                 self.bar.update()
             return y[0]
