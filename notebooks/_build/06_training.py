@@ -184,7 +184,8 @@ else:
 # pass; `entry.times` the median time of every candidate the tuning timed for that pass.
 
 # %%
-table = [e for e in results["benchmark on, last batch dropped"]["tuner"].dispatch_table() if e.key.params.N == BATCH]
+table = [e for e in results["benchmark on, last batch dropped"]["tuner"].dispatch_table()
+         if e.key.params.N == BATCH and not e.key.prepared]      # the training step's keys (eval has its own)
 convs = nn.conv_layers(results["benchmark on, last batch dropped"]["net"])
 by_layer = {name: {e.key.op: e for op in convalgos.PASSES for e in table
                    if e.key.op == op and e.key.params.weight_shape == conv.weight.shape}
