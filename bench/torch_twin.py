@@ -48,6 +48,8 @@ def torch_twin(model):
             return tnn.AvgPool2d(m.kernel_size, m.stride, m.padding, m.ceil_mode, m.count_include_pad)
         if isinstance(m, nn.AdaptiveAvgPool2d):
             return tnn.AdaptiveAvgPool2d(m.output_size)
+        if isinstance(m, nn.Dropout):
+            return tnn.Dropout(m.p)             # its masks differ from ours: compare the two in eval mode only
         simple = {nn.ReLU: tnn.ReLU, nn.Flatten: tnn.Flatten, nn.Identity: tnn.Identity}
         if type(m) in simple:
             return simple[type(m)]()
