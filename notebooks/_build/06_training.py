@@ -250,3 +250,53 @@ plt.show()
 # when it is kept (or whenever the batch size or image size changes: notebook 4, and its patience policy).
 # `python -m autotune train --model lenet5 --data digits --epochs 10` trains to the end, with benchmark mode
 # on and the first epoch's tuning shown apart.
+
+# %% [markdown]
+# ## Prepared weights: inference amortises the transform, training pays it every step
+#
+# Winograd multiplies transformed tiles by transformed filters, U = G w G^T; FFT multiplies spectra. Both
+# transform the weight on every call unless the caller keeps the transformed form: `algorithm.prepare(w, p)`
+# makes it once and `convalgos.run(..., prepared=form)` reuses it. In inference the weights never change, so
+# the transform is paid once (an eval-mode `autotune.nn.Conv2d` holds it); in training they change after
+# every step, so every step pays it again. Measured here on a deep 3x3 layer (VGG's conv5: 512 channels at
+# 14x14, batch 1), the kind where the filter transform is large beside the tiles:
+
+# %%
+rng = np.random.default_rng(0)
+xv = rng.standard_normal((1, 512, 14, 14), dtype=np.float32)
+wv = rng.standard_normal((512, 512, 3, 3), dtype=np.float32) * 0.02
+pv = convalgos.ConvParams.from_arrays(xv, wv, padding=1)
+yv = np.empty(pv.out_shape, np.float32)
+wino, im2col = convalgos.ALGORITHMS["winograd_4x4"], convalgos.ALGORITHMS["im2col"]
+form = wino.prepare(wv, pv)
+calls = {"winograd_4x4 (transform each call)": lambda: convalgos.run(wino, "forward", xv, wv, pv, yv),
+         "winograd_4x4 (prepared)": lambda: convalgos.run(wino, "forward", xv, None, pv, yv, prepared=form),
+         "prepare alone": lambda: wino.prepare(wv, pv),
+         "im2col": lambda: convalgos.run(im2col, "forward", xv, wv, pv, yv)}
+t = {name: measure.median(s) for name, s in measure.interleaved(calls, 9).items()}
+for name, s in t.items():
+    print(f"{name:<38}{s * 1e3:8.2f} ms")
+plain, prepared, prep = (t["winograd_4x4 (transform each call)"], t["winograd_4x4 (prepared)"],
+                         t["prepare alone"])
+print(f"\ninference (weights fixed): prepared runs at {prepared / plain:.2f}x the plain call; "
+      + (f"the one-off prepare ({prep * 1e3:.1f} ms) is paid back after {prep / (plain - prepared):.1f} calls"
+         if plain > prepared else "preparing does not pay on this layer here"))
+train_step = prep + prepared
+print(f"training (weights change every step): prepare + prepared call = {train_step * 1e3:.2f} ms against "
+      f"{plain * 1e3:.2f} ms plain: "
+      + ("preparing each step costs more, so training runs the plain call" if train_step >= plain
+         else "preparing each step would still pay here"))
+best_inference = min(("winograd_4x4 prepared", prepared), ("im2col", t["im2col"]), key=lambda kv: kv[1])
+best_training = min(("winograd_4x4 plain", plain), ("im2col", t["im2col"]), key=lambda kv: kv[1])
+print(f"fastest here for inference: {best_inference[0]}; for a training step's forward pass: "
+      f"{best_training[0]}" + (" (the choice flips with the mode)" if best_inference[0].split()[0]
+                               != best_training[0].split()[0] else ""))
+
+fig, ax = plt.subplots(figsize=(7, 3))
+ax.barh(list(t), [s * 1e3 for s in t.values()])
+ax.set_xlabel("median ms"); ax.set_title("VGG conv5 (512->512, 14x14), forward pass")
+plt.show()
+
+# %% [markdown]
+# This is why the tuner keys an eval-mode (prepared) forward pass apart from a training one, and shows the
+# prepare cost apart from the times in the table: the same layer can want a different algorithm in each mode.
