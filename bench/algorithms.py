@@ -7,7 +7,8 @@
 
 Per layer and pass: ms and direct-equivalent GFLOP/s (ConvParams.flops / seconds, the same count for each
 pass) of each algorithm that implements and supports the pass (``convalgos.run``, into a kept result buffer),
-torch's when torch is installed (``conv2d``; ``aten.convolution_backward`` asked for the one gradient), and
+torch's when torch is installed (forward: ``aten.convolution.out`` into a kept output, as ours; backward:
+``aten.convolution_backward`` asked for the one gradient, which it allocates), and
 numpy's sgemm GFLOP/s measured in the same run. Per layer and pass the candidates run interleaved
 (``autotune.measure.interleaved``), medians; after one untimed run each, one timed run decides: a candidate
 over ``SLOW`` times the fastest of them is left out of the rounds and reported from that run (marked ``1x``).
@@ -108,7 +109,8 @@ def report(results: dict, sgemm: float, passes, command: str) -> str:
     lines = [header("CPU algorithms: time per layer and pass"), f"Command: `{command}`.\n",
              f"numpy sgemm (256x2304 @ 2304x3136, float32), measured in this run: **{sgemm:.1f} GFLOP/s**.\n",
              "Each cell: milliseconds / direct-equivalent GFLOP/s (the same FLOP count for each pass); `-` = not "
-             f"supported; `1x` = over {SLOW:g}x the fastest, timed once. Best of ours in bold."]
+             f"supported; `1x` = over {SLOW:g}x the fastest, timed once. Best of ours in bold. Ours write into a kept "
+             "result; torch's forward too (`aten.convolution.out`), its backward passes allocate their gradient."]
     for op in passes:
         lines += pass_table(results, op)
     return "\n".join(lines) + "\n"
