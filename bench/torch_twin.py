@@ -53,5 +53,5 @@ def torch_twin(model):
         simple = {nn.ReLU: tnn.ReLU, nn.Flatten: tnn.Flatten, nn.Identity: tnn.Identity}
         if type(m) in simple:
             return simple[type(m)]()
-        raise NotImplementedError(f"no torch twin for {type(m).__name__}")
+        raise TypeError(f"torch_twin knows the layers of autotune.models, not {type(m).__name__}")
     return twin(model)

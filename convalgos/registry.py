@@ -132,9 +132,9 @@ class Algorithm(abc.ABC):
 
     # ---- the questions -------------------------------------------------------------------------------------
     def implements(self, op: str) -> bool:
-        """True when this algorithm computes pass ``op`` (it overrides that method)."""
+        """True when this algorithm computes pass ``op`` (it defines that method)."""
         check_pass(op)
-        return getattr(type(self), op) is not getattr(Algorithm, op)
+        return hasattr(type(self), op)
 
     def supports(self, p: ConvParams, op: str = "forward") -> Support:
         """Can this algorithm run pass ``op`` of layer ``p``? Falsy with a ``.reason`` when not."""
@@ -206,13 +206,9 @@ class Algorithm(abc.ABC):
         """Write the convolution of contiguous ``x`` (N, C, H, W) and ``w`` (K, C/g, R, S), both in
         ``p.compute_dtype``, into the contiguous ``out`` (N, K, Ho, Wo) of that dtype. No bias; N >= 1."""
 
-    def backward_data(self, dy, w, p: ConvParams, out) -> None:
-        """Write the input gradient of contiguous ``dy`` (N, K, Ho, Wo) and ``w`` into ``out`` (N, C, H, W)."""
-        raise NotImplementedError(f"{self.name} has no backward_data pass")
-
-    def backward_filter(self, x, dy, p: ConvParams, out) -> None:
-        """Write the weight gradient of contiguous ``x`` and ``dy`` into ``out`` (K, C/g, R, S)."""
-        raise NotImplementedError(f"{self.name} has no backward_filter pass")
+    # An algorithm whose idea applies to a backward pass defines it; the base has none (``implements``):
+    #   backward_data(self, dy, w, p, out):   the input gradient of dy (N, K, Ho, Wo) and w into out (N, C, H, W)
+    #   backward_filter(self, x, dy, p, out): the weight gradient of x and dy into out (K, C/g, R, S)
 
     def release(self) -> None:
         """Free the workspace kept between calls."""

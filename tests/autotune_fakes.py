@@ -76,11 +76,10 @@ class Fake(Algorithm):
     def forward(self, x, w, p, out):
         self._compute("forward", x, w, p, out)
 
-    def backward_data(self, dy, w, p, out):
-        self._compute("backward_data", dy, w, p, out)
 
-    def backward_filter(self, x, dy, p, out):
-        self._compute("backward_filter", x, dy, p, out)
+#: the backward passes a fake defines (only those its ``passes`` option names: a pass not defined is not run).
+BACKWARD = {"backward_data": lambda self, dy, w, p, out: self._compute("backward_data", dy, w, p, out),
+            "backward_filter": lambda self, x, dy, p, out: self._compute("backward_filter", x, dy, p, out)}
 
 
 def fakes(clock, **specs) -> dict:
@@ -91,7 +90,7 @@ def fakes(clock, **specs) -> dict:
         cost, options = spec if isinstance(spec, tuple) and isinstance(spec[-1], dict) else (spec, {})
         options = dict(options)
         passes = options.pop("passes", PASSES)
-        cls = type(f"Fake_{name}", (Fake,), {op: getattr(Fake if op in passes else Algorithm, op) for op in PASSES})
+        cls = type(f"Fake_{name}", (Fake,), {op: BACKWARD[op] for op in passes if op in BACKWARD})
         out[name] = cls(name, clock, cost, **options)
     return out
 

@@ -3,7 +3,7 @@
 A GPU algorithm answers every question for itself: ``constraints`` (what its kernels can run), its own
 ``workspace_bytes``, ``flops`` and ``tolerance``. It shares a CPU algorithm's name when it computes the same
 idea, but never asks that algorithm anything. Only ``forward`` is on the GPU this round: a GPU algorithm
-overrides no backward method, so the base's ``supports`` answers "<name> has no backward_data pass" (and
+defines no backward method, so the base's ``supports`` answers "<name> has no backward_data pass" (and
 likewise for backward_filter); a backward pass lands as one method per algorithm.
 
 ``forward(x, w, p, out)`` takes device arrays: CuPy arrays on a GPU, NumPy arrays under the Numba CUDA
