@@ -20,8 +20,15 @@ column pw goes to phase (ph % sh, pw % sw), row ph // sh, column pw // sw; each 
 ``phase_plane``). Tap (r, s) of output (i, j) then reads phase ((r*dh) % sh, (s*dw) % sw) at row
 i + (r*dh)//sh, column j + (s*dw)//sw: a fixed offset plus i*Wq + j. Numbering the outputs of a plane
 t = i*Wq + j (Wq - Wo junk columns per row, dropped at the end), every tap of every layer is one flat stride-1
-pass acc[t] += w[k, c, r, s] * xq[offset(c, r, s) + t] with no bounds test (``direct_rows``: blocks of whole
-output rows of one plane, about ``SEGMENT`` outputs, three taps per pass over the accumulator, in L1).
+pass acc[t] += w[k, c, r, s] * xq[offset(c, r, s) + t] with no bounds test.
+
+Register blocking (``direct_rows``). The outputs of 4 channels k0..k0+3 at 2 vectors of consecutive t (16
+float32 outputs each) are 8 accumulators that stay in CPU registers over all Cg*R*S taps (``simd``): per tap,
+two vector loads of xq and four broadcasts of w feed eight fused multiply-adds, so the loop is bound by the
+FMA units, not by loads and stores of an accumulator in memory. A work item is a block of whole output rows
+(about ``SEGMENT`` outputs per channel) of 4 channels of one group and image; the channels a group has beyond
+a multiple of 4 go one at a time. Blocks round the rows' flat span up to whole vectors, so a block may read
+up to 16 elements past a plane: the planes are followed by that much zeroed room.
 
 Backward-data gathers. Input position hp = h + top (padded) is read by tap r exactly when hp - r*dh is a
 multiple of sh, i = (hp - r*dh) / sh. So the input rows of row phase rho = hp % sh receive only the taps with
@@ -33,20 +40,24 @@ output reads, cut off by the stride) are zero.
 
 Backward-filter is a dot per weight tap: with dy laid out at the phase pitch Wq (zero in the junk columns),
 dw[k, c, r, s] = sum_n dot(dyq[n, k, :Ho*Wq], xq[n, g*Cg + c, offset(r, s):][:Ho*Wq]) over the same polyphase
-copy as forward (``filter_dots``: parallel over (k, c), three taps per pass over dy, images summed in order:
-deterministic, no atomics).
+copy as forward (``filter_dots``). Register blocks of 4 channels x 3 taps: twelve accumulators, fed per vector
+step by four loads of dy and three of x. A work item is a run of images (as many as keep their dy and x in
+``FILTER_CACHE`` bytes) and a block of 4 channels; each thread sums its items into its own partial dw, and
+the partials are added in thread order: repeatable at a fixed thread count, no atomics.
 
 FLOPs (``flops``, what the loops do, one multiply and one add per term): forward 2*N*K*Cg*R*S*Ho*Wq (the
-junk columns included; ``p.flops`` counts Wo); backward-data 2*N*C*Kg*sum over phases of (taps * rows * Wd)
-(the padded zeros and junk columns included; at stride 1, 2*N*C*Kg*R*S*H*Wd); backward-filter
-2*K*Cg*R*S*N*Ho*Wq. Padded taps are multiplied by zero, not skipped.
+junk columns included, and each item's span rounded up to whole blocks, ``computed_outputs``; ``p.flops``
+counts Wo); backward-data 2*N*C*Kg*sum over phases of (taps * rows * Wd) rounded the same way (the padded
+zeros and junk columns included; at stride 1, about 2*N*C*Kg*R*S*H*Wd); backward-filter 2*K*Cg*R*S*N*Ho*Wq.
+Padded taps are multiplied by zero, not skipped.
 
 Workspace (``workspace_bytes``): forward and backward-filter keep the phase planes, N*C*sh*sw*Hq*Wq elements
 (Hq = Ho + (R-1)*dh//sh + 1 with one spare row that the junk columns of the last row read,
-Wq = Wo + (S-1)*dw//sw) and the tap table (2*Cg*R*S int64); forward also one accumulator of
-``rows_per_item`` * Wq elements per thread, backward-filter dy at pitch Wq (N*K*Ho*Wq). Backward-data keeps the
-padded dy (N*K*Hd*Wd, ``data_plane``), one accumulator per thread, the per-phase weights (K*Cg*R*S) and tap
-tables (2*Kg*R*S int64).
+Wq = Wo + (S-1)*dw//sw) plus one block of zeroed room, and the tap table (2*Cg*R*S int64); forward also a
+stage of 4 x ``rows_per_item`` * Wq elements (rounded up to a block) per thread; backward-filter dy at pitch
+Wq (N*K*Ho*Wq) and one partial dw (K*Cg*R*S) per thread. Backward-data keeps the padded dy (N*K*Hd*Wd,
+``data_plane``) plus the room, one stage per thread, the per-phase weights (K*Cg*R*S) and tap tables
+(2*Kg*R*S int64).
 
 Constraints: none. float32 and float64 are each compiled; float16 is computed in float32 by ``convalgos.run``.
 Accuracy: sums in the compute dtype; the float32 errors measured for each pass are noted at ``Direct.tolerance``.
@@ -59,9 +70,12 @@ from numba import get_num_threads
 from .direct_kernels import direct_rows, filter_dots, split_phases, tap_table
 from .params import ConvParams
 from .registry import Algorithm, register
+from .simd import REGISTER_BYTES
 
-#: output elements accumulated per work item (a block of whole output rows): 8 KiB of float32, in L1.
+#: output elements per channel of one work item (a block of whole output rows): 4 channels of 8 KiB float32.
 SEGMENT = 2048
+#: bytes of dy and x one backward-filter item keeps in cache over all its taps (half of a 512 KiB L2).
+FILTER_CACHE = 256 * 1024
 
 
 def phase_plane(p: ConvParams) -> tuple[int, int]:
@@ -73,6 +87,31 @@ def phase_plane(p: ConvParams) -> tuple[int, int]:
 def rows_per_item(p: ConvParams) -> int:
     """Output rows per work item: as many whole rows as fit in SEGMENT accumulator elements (at least one)."""
     return max(1, min(p.out_hw[0], SEGMENT // phase_plane(p)[1]))
+
+
+def block_outputs(itemsize: int) -> int:
+    """Outputs per channel of one register block: two vectors (16 float32, 8 float64)."""
+    return 2 * REGISTER_BYTES // itemsize
+
+
+def computed_outputs(Ho: int, rows: int, pitch: int, itemsize: int) -> int:
+    """Outputs a plane's work items compute: each block of ``rows`` rows of ``pitch``, rounded up to whole
+    register blocks (the junk columns and the round-up included)."""
+    T = block_outputs(itemsize)
+    return sum(-(-min(rows, Ho - i0) * pitch // T) * T for i0 in range(0, Ho, rows))
+
+
+def stage_bytes(p: ConvParams, rows: int, pitch: int) -> int:
+    """Each thread's stage: 4 channels x one item's outputs rounded up to a register block."""
+    T = block_outputs(p.itemsize)
+    return get_num_threads() * 4 * (-(-rows * pitch // T) * T) * p.itemsize
+
+
+def filter_images(p: ConvParams) -> int:
+    """Images per backward-filter item: as many as keep a block's dy and the group's x in FILTER_CACHE bytes."""
+    (sh, sw), (Hq, Wq) = p.stride, phase_plane(p)
+    per_image = (4 * p.out_hw[0] * Wq + p.Cg * sh * sw * Hq * Wq) * p.itemsize
+    return max(1, min(p.N, FILTER_CACHE // per_image))
 
 
 def axis_phases(size: int, kernel: int, dilation: int, stride: int, before: int):
@@ -112,7 +151,7 @@ def data_rows(p: ConvParams) -> int:
 
 
 class Direct(Algorithm):
-    """The defining sum over a polyphase zero-padded copy, as long flat contiguous passes, three taps each."""
+    """The defining sum over a polyphase zero-padded copy, as flat contiguous passes in register blocks."""
 
     name = "direct"
     deterministic = True
@@ -122,37 +161,41 @@ class Direct(Algorithm):
     tolerance = {"float16": 2e-3, "float32": 5e-6, "float64": 1e-12}
 
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
-        (sh, sw), (Hq, Wq), threads = p.stride, phase_plane(p), get_num_threads()
-        phases, table = p.N * p.C * sh * sw * Hq * Wq, 2 * p.Cg * p.R * p.S * 8
+        (sh, sw), (Hq, Wq), slack = p.stride, phase_plane(p), block_outputs(p.itemsize)
+        phases, table = p.N * p.C * sh * sw * Hq * Wq + slack, 2 * p.Cg * p.R * p.S * 8
         if op == "forward":
-            return (phases + threads * rows_per_item(p) * Wq) * p.itemsize + table
+            return phases * p.itemsize + stage_bytes(p, rows_per_item(p), Wq) + table
         if op == "backward_filter":
-            return (phases + p.N * p.K * p.out_hw[0] * Wq) * p.itemsize + table
+            partial = get_num_threads() * p.K * p.Cg * p.R * p.S
+            return (phases + p.N * p.K * p.out_hw[0] * Wq + partial) * p.itemsize + table
         _, _, Hd, Wd = data_plane(p)
-        elements = p.N * p.K * Hd * Wd + threads * data_rows(p) * Wd + p.K * p.Cg * p.R * p.S
-        return elements * p.itemsize + 2 * p.Kg * p.R * p.S * 8
+        elements = p.N * p.K * Hd * Wd + slack + p.K * p.Cg * p.R * p.S
+        return elements * p.itemsize + stage_bytes(p, data_rows(p), Wd) + 2 * p.Kg * p.R * p.S * 8
 
     def flops(self, p: ConvParams, op: str = "forward") -> int:
         (Ho, _), (_, Wq) = p.out_hw, phase_plane(p)
-        if op in ("forward", "backward_filter"):
+        if op == "forward":
+            return 2 * p.N * p.K * p.Cg * p.R * p.S * computed_outputs(Ho, rows_per_item(p), Wq, p.itemsize)
+        if op == "backward_filter":
             return 2 * p.N * p.K * p.Cg * p.R * p.S * Ho * Wq
-        Wd = data_plane(p)[3]
-        terms = sum(rt.size * st.size * Ha * Wd for (_, rt, _, Ha), (_, st, _, Wa) in data_phases(p) if Wa > 0)
+        Wd, rows = data_plane(p)[3], data_rows(p)
+        terms = sum(rt.size * st.size * computed_outputs(Ha, rows, Wd, p.itemsize)
+                    for (_, rt, _, Ha), (_, st, _, Wa) in data_phases(p) if Wa > 0)
         return 2 * p.N * p.C * p.Kg * terms
 
     def forward(self, x, w, p: ConvParams, out) -> None:
         xq, taps = self._phases_and_taps(x, p)
         rows, Wq = rows_per_item(p), phase_plane(p)[1]
-        acc = self.workspace.get("direct.acc", (get_num_threads(), rows * Wq), x.dtype)
-        direct_rows(xq, w.reshape(p.K, -1), taps, p.Cg, rows, acc, out)
+        stage = self._stage(rows, Wq, x.dtype)
+        direct_rows(xq, w.reshape(p.K, -1), taps, p.Cg, rows, Wq, stage, out)
 
     def backward_data(self, dy, w, p: ConvParams, out) -> None:
         (sh, sw), (dh, dw), ((top, _), (left, _)) = p.stride, p.dilation, p.padding
         PT, PL, Hd, Wd = data_plane(p)
-        dyp = self.workspace.get("direct.dy_padded", (p.N, p.K, Hd * Wd), dy.dtype)
+        dyp = self._planes("direct.dy_padded", p.N, p.K, Hd * Wd, dy.dtype)
         split_phases(dy, PT, PL, 1, 1, Hd, Wd, dyp)
         rows = data_rows(p)
-        acc = self.workspace.get("direct.acc", (get_num_threads(), rows * Wd), dy.dtype)
+        stage = self._stage(rows, Wd, dy.dtype)
         n_all = p.Kg * p.R * p.S
         w_all = self.workspace.get("direct.phase_weights", (p.C * n_all,), dy.dtype)
         taps_all = self.workspace.get("direct.phase_taps", (2 * n_all,), np.int64)
@@ -172,7 +215,7 @@ class Direct(Algorithm):
             offsets = (fh + PT - rt * dh // sh)[:, None] * Wd + (fw + PL - st * dw // sw)[None, :]
             taps[0] = np.repeat(np.arange(p.Kg), offsets.size)
             taps[1] = np.tile(offsets.ravel(), p.Kg)
-            direct_rows(dyp, wq, taps, p.Kg, rows, acc, view)
+            direct_rows(dyp, wq, taps, p.Kg, rows, Wd, stage, view)
             start += n_taps
 
     def backward_filter(self, x, dy, p: ConvParams, out) -> None:
@@ -180,16 +223,31 @@ class Direct(Algorithm):
         xq, taps = self._phases_and_taps(x, p)
         dyq = self.workspace.get("direct.dy_pitched", (p.N, p.K, Ho * Wq), x.dtype)
         split_phases(dy, 0, 0, 1, 1, Ho, Wq, dyq)
-        filter_dots(xq, dyq, taps, p.Cg, Ho * Wq, out.reshape(p.K, -1))
+        partial = self.workspace.get("direct.filter_partial", (get_num_threads(), p.K, p.Cg * p.R * p.S), x.dtype)
+        filter_dots(xq, dyq, taps, p.Cg, Ho * Wq, filter_images(p), partial)
+        np.sum(partial, axis=0, out=out.reshape(p.K, -1))
 
     def _phases_and_taps(self, x, p: ConvParams):
         """The polyphase zero-padded copy of x (``split_phases``) and the tap table of its offsets."""
         (sh, sw), (dh, dw), ((top, _), (left, _)), (Hq, Wq) = p.stride, p.dilation, p.padding, phase_plane(p)
         taps = self.workspace.get("direct.taps", (2, p.Cg * p.R * p.S), np.int64)
         tap_table(p.R, p.S, sh, sw, dh, dw, Hq, Wq, taps)
-        xq = self.workspace.get("direct.phases", (p.N, p.C, sh * sw * Hq * Wq), x.dtype)
+        xq = self._planes("direct.phases", p.N, p.C, sh * sw * Hq * Wq, x.dtype)
         split_phases(x, top, left, sh, sw, Hq, Wq, xq)
         return xq, taps
+
+    def _planes(self, name: str, N: int, C: int, length: int, dtype):
+        """An (N, C, length) buffer followed by one register block of zeros, which the last plane's blocks may
+        read past its end (``direct_rows``)."""
+        slack = block_outputs(np.dtype(dtype).itemsize)
+        flat = self.workspace.get(name, (N * C * length + slack,), dtype)
+        flat[N * C * length:] = 0.0
+        return flat[:N * C * length].reshape(N, C, length)
+
+    def _stage(self, rows: int, pitch: int, dtype):
+        """Each thread's 4 channels x (rows * pitch, rounded up to a register block) outputs."""
+        T = block_outputs(np.dtype(dtype).itemsize)
+        return self.workspace.get("direct.stage", (get_num_threads(), 4, -(-rows * pitch // T) * T), dtype)
 
 
 register(Direct())

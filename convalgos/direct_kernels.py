@@ -1,10 +1,11 @@
 """The Numba loop nests of ``direct`` (see direct.py for the maths): the polyphase padded copy, the tap table,
-the flat three-taps-per-pass accumulation of output rows, and backward-filter's contiguous dots."""
+the register-blocked accumulation of output rows (``simd``), and backward-filter's contiguous dots."""
 from __future__ import annotations
 
 from numba import njit, prange
 
-from ._kernels import copy_strided, dot, share
+from ._kernels import copy_strided, share
+from .simd import fma, lanes, load, splat, store, total, zeros
 
 
 @njit(cache=True, inline="always")
@@ -54,120 +55,178 @@ def tap_table(R, S, sh, sw, dh, dw, Hq, Wq, taps):
         taps[1, q] = (phase * Hq + (r * dh) // sh) * Wq + (s * dw) // sw
 
 
-@njit(cache=True, fastmath={"contract"}, inline="always")
-def _add_taps3(acc, xa, wa, xb, wb, xc, wc):
-    """acc[t] += wa*xa[t] + wb*xb[t] + wc*xc[t]: three taps for one load and store of acc."""
-    for t in range(acc.size):
-        acc[t] += wa * xa[t] + wb * xb[t] + wc * xc[t]
-
-
-@njit(cache=True, fastmath={"contract"}, inline="always")
-def _set_taps3(acc, xa, wa, xb, wb, xc, wc):
-    """acc[t] = wa*xa[t] + wb*xb[t] + wc*xc[t]."""
-    for t in range(acc.size):
-        acc[t] = wa * xa[t] + wb * xb[t] + wc * xc[t]
-
-
-@njit(cache=True, fastmath={"contract"}, inline="always")
-def _add_tap(acc, xa, wa):
-    """acc[t] += wa * xa[t]."""
-    for t in range(acc.size):
-        acc[t] += wa * xa[t]
+@njit(cache=True, inline="always")
+def _four_channels(xq, w, taps, n, c0, k0, t0, stage, s0):
+    """stage[kk, s0:s0 + 2L] = sum over taps q of w[k0 + kk, q] * xq[n, c0 + taps[0, q], taps[1, q] + t0:][:2L]
+    for kk < 4 (L = lanes): a register block of 4 channels x 2 vectors of outputs, eight accumulators that stay
+    in registers over every tap; per tap two loads of x and four broadcasts of w feed eight multiply-adds."""
+    L = lanes(stage)
+    w0, w1, w2, w3 = w[k0], w[k0 + 1], w[k0 + 2], w[k0 + 3]
+    a00, a01, a10, a11 = zeros(stage), zeros(stage), zeros(stage), zeros(stage)
+    a20, a21, a30, a31 = zeros(stage), zeros(stage), zeros(stage), zeros(stage)
+    for q in range(w.shape[1]):
+        plane, at = xq[n, c0 + taps[0, q]], taps[1, q] + t0
+        x0, x1 = load(plane, at), load(plane, at + L)
+        u = splat(w0, q)
+        a00, a01 = fma(u, x0, a00), fma(u, x1, a01)
+        u = splat(w1, q)
+        a10, a11 = fma(u, x0, a10), fma(u, x1, a11)
+        u = splat(w2, q)
+        a20, a21 = fma(u, x0, a20), fma(u, x1, a21)
+        u = splat(w3, q)
+        a30, a31 = fma(u, x0, a30), fma(u, x1, a31)
+    store(stage[0], s0, a00)
+    store(stage[0], s0 + L, a01)
+    store(stage[1], s0, a10)
+    store(stage[1], s0 + L, a11)
+    store(stage[2], s0, a20)
+    store(stage[2], s0 + L, a21)
+    store(stage[3], s0, a30)
+    store(stage[3], s0 + L, a31)
 
 
 @njit(cache=True, inline="always")
-def _accumulate(xq, w, taps, n, k, c0, first, acc):
-    """acc[t] = sum over taps q of w[k, q] * xq[n, c0 + taps[0, q], taps[1, q] + first + t] (``tap_table``).
-
-    xq: (N, C, phase planes) flat; w: (K, taps). Three taps per pass over acc."""
-    n_taps = w.shape[1]
-    q = 0
-    if n_taps >= 3:                              # the first three taps set acc, so it needs no zeroing
-        xa = xq[n, c0 + taps[0, 0], first + taps[1, 0]:]
-        xb = xq[n, c0 + taps[0, 1], first + taps[1, 1]:]
-        xc = xq[n, c0 + taps[0, 2], first + taps[1, 2]:]
-        _set_taps3(acc, xa, w[k, 0], xb, w[k, 1], xc, w[k, 2])
-        q = 3
-    else:
-        for t in range(acc.size):
-            acc[t] = 0.0
-    while q + 3 <= n_taps:
-        xa = xq[n, c0 + taps[0, q], first + taps[1, q]:]
-        xb = xq[n, c0 + taps[0, q + 1], first + taps[1, q + 1]:]
-        xc = xq[n, c0 + taps[0, q + 2], first + taps[1, q + 2]:]
-        _add_taps3(acc, xa, w[k, q], xb, w[k, q + 1], xc, w[k, q + 2])
-        q += 3
-    for q in range(q, n_taps):
-        _add_tap(acc, xq[n, c0 + taps[0, q], first + taps[1, q]:], w[k, q])
+def _one_channel(xq, w, taps, n, c0, k, t0, stage, s0):
+    """stage[0, s0:s0 + 2L] for the single channel k (``_four_channels`` for the channels left over)."""
+    L = lanes(stage)
+    wk, a0, a1 = w[k], zeros(stage), zeros(stage)
+    for q in range(w.shape[1]):
+        plane, at = xq[n, c0 + taps[0, q]], taps[1, q] + t0
+        u = splat(wk, q)
+        a0, a1 = fma(u, load(plane, at), a0), fma(u, load(plane, at + L), a1)
+    store(stage[0], s0, a0)
+    store(stage[0], s0 + L, a1)
 
 
-@njit(cache=True, inline="always")
-def _row_block(xq, c0, w, taps, n, k, i0, Wq, block, out):
-    """out[n, k, i0:i0 + block.size // Wq] from the planes xq[n, c0:], through the accumulator block."""
-    Wo = out.shape[3]
-    _accumulate(xq, w, taps, n, k, c0, i0 * Wq, block)
-    for i in range(block.size // Wq):
-        orow, arow = out[n, k, i0 + i], block[i * Wq:]
-        for j in range(Wo):
-            orow[j] = arow[j]
+@njit(cache=True)
+def channel_block(Kg, b):
+    """(first channel within the group, width) of channel block b: Kg // 4 blocks of four, then single ones."""
+    full = Kg // 4
+    return (4 * b, 4) if b < full else (4 * full + b - full, 1)
 
 
 @njit(parallel=True, cache=True)
-def direct_rows(xq, w, taps, Cg, rows, acc, out):
+def direct_rows(xq, w, taps, Cg, rows, Wq, stage, out):
     """out[n, k] = sum over taps q of w[k, q] * xq[n, (k // Kg)*Cg + taps[0, q], taps[1, q] + i*Wq + j] at
     output (i, j); Cg input channels per group (taps[0] < Cg), Kg = K // groups. One item is a block of
-    ``rows`` output rows of one plane (n, k).
+    ``rows`` output rows of a block of four channels of one group (or one channel, ``channel_block``).
 
-    Each thread owns acc[thread] (rows * Wq elements: output (i, j) is element (i - i0)*Wq + j) and takes an
-    equal share of the items. ``out`` may be a strided view (backward-data writes one phase of dx)."""
+    Each thread owns stage[thread]: output (i, j) of channel k0 + kk is stage[kk, (i - i0)*Wq + j], computed in
+    register blocks of 2L outputs (the item's rows*Wq rounded up), of which the Wo valid columns of each row are
+    copied out. So xq is read up to 2L elements past a plane's end: the caller leaves that much room after the
+    last plane. ``out`` may be a strided view (backward-data writes one phase of dx)."""
     N, C = xq.shape[0], xq.shape[1]
-    K, Ho = out.shape[1], out.shape[2]
+    K, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
     Kg = K // (C // Cg)
-    Wq = acc.shape[1] // rows
-    n_blocks = (Ho + rows - 1) // rows
-    n_threads = acc.shape[0]
+    blocks = Kg // 4 + Kg % 4
+    T = 2 * lanes(stage)
+    n_rows = (Ho + rows - 1) // rows
+    n_items = N * (C // Cg) * blocks * n_rows
+    n_threads = stage.shape[0]
     for thread in prange(n_threads):
-        start, stop = share(N * K * n_blocks, thread, n_threads)
+        start, stop = share(n_items, thread, n_threads)
         for item in range(start, stop):
-            n, k, i0 = item // (K * n_blocks), (item // n_blocks) % K, (item % n_blocks) * rows
-            block = acc[thread, :min(rows, Ho - i0) * Wq]
-            _row_block(xq, (k // Kg) * Cg, w, taps, n, k, i0, Wq, block, out)
+            n, rest = item // (n_items // N), item % (n_items // N)
+            g, b, i0 = rest // (blocks * n_rows), (rest // n_rows) % blocks, (rest % n_rows) * rows
+            first, width = channel_block(Kg, b)
+            k0, c0, span = g * Kg + first, g * Cg, min(rows, Ho - i0) * Wq
+            for t in range(0, span, T):
+                if width == 4:
+                    _four_channels(xq, w, taps, n, c0, k0, i0 * Wq + t, stage[thread], t)
+                else:
+                    _one_channel(xq, w, taps, n, c0, k0, i0 * Wq + t, stage[thread], t)
+            for kk in range(width):
+                for i in range(span // Wq):
+                    orow, srow = out[n, k0 + kk, i0 + i], stage[thread, kk, i * Wq:]
+                    for j in range(Wo):
+                        orow[j] = srow[j]
 
 
-@njit(cache=True, fastmath={"reassoc", "contract"}, inline="always")
-def _dots3(d, xa, xb, xc, length):
-    """(sum d[t]*xa[t], sum d[t]*xb[t], sum d[t]*xc[t]) over t < length: one load of d for three taps. The
-    sums may be reassociated (vector lanes); the order is fixed by the compiled code, the same every run."""
-    sa, sb, sc = d[0] * xa[0], d[0] * xb[0], d[0] * xc[0]
-    for t in range(1, length):
-        sa += d[t] * xa[t]
-        sb += d[t] * xb[t]
-        sc += d[t] * xc[t]
-    return sa, sb, sc
+@njit(cache=True, inline="always")
+def _filter_block(xq, dyq, taps, n0, n1, c0, k0, q, length, part):
+    """part[k0 + kk, q + j] += sum over images n0 <= n < n1 of sum_{t < length} dyq[n, k0 + kk, t] *
+    xq[n, c0 + taps[0, q + j], taps[1, q + j] + t] for kk < 4 and j < 3: a register block of 4 channels x 3 taps,
+    twelve accumulators over the images' dy (four loads of dy and three of x feed twelve multiply-adds); lanes
+    summed in order once at the end, the last length % L terms of each image one by one."""
+    L = lanes(part)
+    oa, ob, oc = taps[1, q], taps[1, q + 1], taps[1, q + 2]
+    r0a, r0b, r0c, r1a, r1b, r1c = zeros(part), zeros(part), zeros(part), zeros(part), zeros(part), zeros(part)
+    r2a, r2b, r2c, r3a, r3b, r3c = zeros(part), zeros(part), zeros(part), zeros(part), zeros(part), zeros(part)
+    whole = length - length % L
+    for n in range(n0, n1):
+        d0, d1, d2, d3 = dyq[n, k0], dyq[n, k0 + 1], dyq[n, k0 + 2], dyq[n, k0 + 3]
+        pa, pb, pc = xq[n, c0 + taps[0, q]], xq[n, c0 + taps[0, q + 1]], xq[n, c0 + taps[0, q + 2]]
+        for t in range(0, whole, L):
+            xa, xb, xc = load(pa, oa + t), load(pb, ob + t), load(pc, oc + t)
+            v = load(d0, t)
+            r0a, r0b, r0c = fma(v, xa, r0a), fma(v, xb, r0b), fma(v, xc, r0c)
+            v = load(d1, t)
+            r1a, r1b, r1c = fma(v, xa, r1a), fma(v, xb, r1b), fma(v, xc, r1c)
+            v = load(d2, t)
+            r2a, r2b, r2c = fma(v, xa, r2a), fma(v, xb, r2b), fma(v, xc, r2c)
+            v = load(d3, t)
+            r3a, r3b, r3c = fma(v, xa, r3a), fma(v, xb, r3b), fma(v, xc, r3c)
+    sums = ((total(r0a), total(r0b), total(r0c)), (total(r1a), total(r1b), total(r1c)),
+            (total(r2a), total(r2b), total(r2c)), (total(r3a), total(r3b), total(r3c)))
+    for kk in range(4):
+        sa, sb, sc = sums[kk]
+        for n in range(n0, n1):
+            d = dyq[n, k0 + kk]
+            pa, pb, pc = xq[n, c0 + taps[0, q]], xq[n, c0 + taps[0, q + 1]], xq[n, c0 + taps[0, q + 2]]
+            for t in range(whole, length):
+                sa += d[t] * pa[oa + t]
+                sb += d[t] * pb[ob + t]
+                sc += d[t] * pc[oc + t]
+        part[k0 + kk, q] += sa
+        part[k0 + kk, q + 1] += sb
+        part[k0 + kk, q + 2] += sc
 
 
-@njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
-def filter_dots(xq, dyq, taps, Cg, length, out):
-    """out[k, q] = sum over n of sum_{t < length} dyq[n, k, t] * xq[n, g*Cg + taps[0, q], taps[1, q] + t], with
-    g = k // Kg: backward-filter, each weight tap one contiguous dot per image (dyq: dy at xq's pitch Wq, zero
-    in the junk columns). out: (K, Cg*R*S). One item is a pair (k, c): its R*S taps, three per pass over dy,
-    summed image by image in order, so each weight is written by one thread in a fixed order."""
+@njit(cache=True, inline="always")
+def _filter_dot(xq, dyq, taps, n0, n1, c0, k, q, length, part):
+    """part[k, q] += sum over images n0 <= n < n1 of sum_{t < length} dyq[n, k, t] * xq[n, c0 + taps[0, q],
+    taps[1, q] + t] (the channels and taps ``_filter_block`` leaves over), two accumulators."""
+    L = lanes(part)
+    at, a0, a1 = taps[1, q], zeros(part), zeros(part)
+    whole = length - length % (2 * L)
+    for n in range(n0, n1):
+        d, plane = dyq[n, k], xq[n, c0 + taps[0, q]]
+        for t in range(0, whole, 2 * L):
+            a0, a1 = fma(load(d, t), load(plane, at + t), a0), fma(load(d, t + L), load(plane, at + t + L), a1)
+    s = total(a0) + total(a1)
+    for n in range(n0, n1):
+        d, plane = dyq[n, k], xq[n, c0 + taps[0, q]]
+        for t in range(whole, length):
+            s += d[t] * plane[at + t]
+    part[k, q] += s
+
+
+@njit(parallel=True, cache=True)
+def filter_dots(xq, dyq, taps, Cg, length, images, partial):
+    """partial[thread, k, q] = thread's share of sum over n of sum_{t < length} dyq[n, k, t] *
+    xq[n, g*Cg + taps[0, q], taps[1, q] + t], with g = k // Kg: backward-filter, each weight tap a contiguous
+    dot per image (dyq: dy at xq's pitch Wq, zero in the junk columns). One item is a run of ``images`` images
+    and a block of four channels of a group (or one, ``channel_block``): the run's dy and x stay in cache while
+    every tap of the block is summed, three taps at a time. Each thread sums its items in order into its own
+    partial; the caller adds the partials in thread order (repeatable at a fixed thread count)."""
     N, C = xq.shape[0], xq.shape[1]
-    K, n_taps = out.shape
-    RS, Kg = n_taps // Cg, K // (C // Cg)
-    for item in prange(K * Cg):
-        k, c = item // Cg, item % Cg
-        ci, q0 = (k // Kg) * Cg + c, c * RS
-        for q in range(q0, q0 + RS):
-            out[k, q] = 0.0
-        for n in range(N):
-            d, plane = dyq[n, k], xq[n, ci]
-            q = q0
-            while q + 3 <= q0 + RS:
-                sa, sb, sc = _dots3(d, plane[taps[1, q]:], plane[taps[1, q + 1]:], plane[taps[1, q + 2]:], length)
-                out[k, q] += sa
-                out[k, q + 1] += sb
-                out[k, q + 2] += sc
-                q += 3
-            for q in range(q, q0 + RS):
-                out[k, q] += dot(d, plane[taps[1, q]:], length)
+    n_threads, K, n_taps = partial.shape
+    Kg = K // (C // Cg)
+    blocks = Kg // 4 + Kg % 4
+    runs = (N + images - 1) // images
+    n_items = runs * (C // Cg) * blocks
+    for thread in prange(n_threads):
+        part = partial[thread]
+        part[...] = 0.0
+        start, stop = share(n_items, thread, n_threads)
+        for item in range(start, stop):
+            run, g, b = item // ((C // Cg) * blocks), (item // blocks) % (C // Cg), item % blocks
+            n0, n1 = run * images, min(N, (run + 1) * images)
+            first, width = channel_block(Kg, b)
+            k0, c0 = g * Kg + first, g * Cg
+            whole = n_taps - n_taps % 3 if width == 4 else 0
+            for q in range(0, whole, 3):
+                _filter_block(xq, dyq, taps, n0, n1, c0, k0, q, length, part)
+            for kk in range(width):
+                for q in range(whole, n_taps):
+                    _filter_dot(xq, dyq, taps, n0, n1, c0, k0 + kk, q, length, part)

@@ -196,13 +196,15 @@ def test_phase_plane_sizes():
 
 
 def test_flops_count_what_the_loops_do():
-    """Forward and backward-filter run over Ho rows of Wq (junk columns included); backward-data at stride 1
-    over H rows of the padded dy's pitch Wd with every tap."""
+    """Backward-filter runs over Ho rows of Wq (junk columns included); forward over the same rows rounded up to
+    whole register blocks of 16 float32 outputs; backward-data at stride 1 over H rows of the padded dy's pitch
+    Wd with every tap, rounded up the same way."""
     p = ConvParams.from_shapes((2, 6, 9, 9), (4, 3, 3, 3), groups=2, padding=1)
     Wq = phase_plane(p)[1]
-    assert Wq == 11 and DIRECT.flops(p) == DIRECT.flops(p, "backward_filter") == 2 * 2 * 4 * 3 * (3 * 3) * 9 * Wq
+    assert Wq == 11 and DIRECT.flops(p, "backward_filter") == 2 * 2 * 4 * 3 * (3 * 3) * 9 * Wq
+    assert DIRECT.flops(p) == 2 * 2 * 4 * 3 * (3 * 3) * 112              # 9 * 11 = 99 outputs -> 7 blocks of 16
     Wd = data_plane(p)[3]
-    assert DIRECT.flops(p, "backward_data") == 2 * 2 * 6 * 2 * (3 * 3) * 9 * Wd
+    assert DIRECT.flops(p, "backward_data") == 2 * 2 * 6 * 2 * (3 * 3) * -(-9 * Wd // 16) * 16
     assert DIRECT.flops(p) > p.flops
 
 

@@ -1,0 +1,123 @@
+"""One 256-bit vector register as a Numba value, for kernels that keep their accumulators in registers.
+
+LLVM vectorises a Numba loop over contiguous data well, but it will not keep a block of accumulators in
+registers across a reduction loop: a local array stays in memory, and each multiply-add then pays a load and a
+store. Register blocking (the heart of every fast convolution and GEMM: a block of outputs reused across many
+taps) needs the accumulators to be values. ``Vec`` is that value: an LLVM ``<8 x float>`` (``<4 x double>``
+for float64), held in SSA form, so a loop-carried ``Vec`` lives in a register (an AVX ymm on x86; LLVM splits
+it into two 128-bit registers on NEON).
+
+The operations, all for a 1-D array ``a`` of float32 or float64 and an element index ``i``:
+
+    lanes(a)          the lanes of a's dtype in one register: 8 (float32) or 4 (float64), a compile-time constant
+    zeros(a)          a Vec of zeros
+    load(a, i)        a[i : i + lanes] as a Vec (unaligned)
+    store(a, i, v)    a[i : i + lanes] = v
+    splat(a, i)       a[i] in every lane (a broadcast load)
+    fma(u, v, acc)    u * v + acc, lane by lane, one rounding (llvm.fma)
+    total(v)          the sum of v's lanes, added in lane order (deterministic)
+
+No bounds are checked and negative indices do not wrap: the caller keeps i .. i + lanes - 1 inside the
+buffer it owns (a view may be read past its end when the memory beyond belongs to the same buffer).
+"""
+from __future__ import annotations
+
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.extending import intrinsic, models, register_model
+
+REGISTER_BYTES = 32
+
+
+class Vec(types.Type):
+    """The Numba type of one register of ``dtype`` lanes."""
+
+    def __init__(self, dtype):
+        self.dtype = dtype
+        self.lanes = REGISTER_BYTES * 8 // dtype.bitwidth
+        super().__init__(name=f"Vec({dtype} x {self.lanes})")
+
+
+@register_model(Vec)
+class VecModel(models.PrimitiveModel):
+    def __init__(self, dmm, fe_type):
+        lane = dmm.lookup(fe_type.dtype).get_value_type()
+        super().__init__(dmm, fe_type, ir.VectorType(lane, fe_type.lanes))
+
+
+def _element_pointer(context, builder, array_type, array, index):
+    ary = context.make_array(array_type)(context, builder, array)
+    return cgutils.get_item_pointer(context, builder, array_type, ary, [index], wraparound=False)
+
+
+def _vector_pointer(context, builder, sig, args):
+    """A pointer to the Vec at element args[1] of the array args[0]."""
+    pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+    return builder.bitcast(pointer, context.get_value_type(Vec(sig.args[0].dtype)).as_pointer())
+
+
+@intrinsic
+def lanes(typingctx, a):
+    count = Vec(a.dtype).lanes
+
+    def codegen(context, builder, sig, args):
+        return context.get_constant(types.intp, count)
+    return types.intp(a), codegen
+
+
+@intrinsic
+def zeros(typingctx, a):
+    vec = Vec(a.dtype)
+
+    def codegen(context, builder, sig, args):
+        return ir.Constant(context.get_value_type(vec), None)
+    return vec(a), codegen
+
+
+@intrinsic
+def load(typingctx, a, i):
+    def codegen(context, builder, sig, args):
+        return builder.load(_vector_pointer(context, builder, sig, args), align=a.dtype.bitwidth // 8)
+    return Vec(a.dtype)(a, i), codegen
+
+
+@intrinsic
+def store(typingctx, a, i, v):
+    def codegen(context, builder, sig, args):
+        builder.store(args[2], _vector_pointer(context, builder, sig, args), align=a.dtype.bitwidth // 8)
+        return context.get_dummy_value()
+    return types.void(a, i, v), codegen
+
+
+@intrinsic
+def splat(typingctx, a, i):
+    vec = Vec(a.dtype)
+
+    def codegen(context, builder, sig, args):
+        value = builder.load(_element_pointer(context, builder, sig.args[0], args[0], args[1]))
+        vector_type, i32 = context.get_value_type(vec), ir.IntType(32)
+        one = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(i32, 0))
+        return builder.shuffle_vector(one, ir.Constant(vector_type, ir.Undefined),
+                                      ir.Constant(ir.VectorType(i32, vec.lanes), [0] * vec.lanes))
+    return vec(a, i), codegen
+
+
+@intrinsic
+def fma(typingctx, u, v, acc):
+    def codegen(context, builder, sig, args):
+        vector_type = context.get_value_type(sig.args[0])
+        name = f"llvm.fma.v{u.lanes}f{u.dtype.bitwidth}"
+        function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector_type, [vector_type] * 3), name)
+        return builder.call(function, args)
+    return u(u, v, acc), codegen
+
+
+@intrinsic
+def total(typingctx, v):
+    def codegen(context, builder, sig, args):
+        result = builder.extract_element(args[0], ir.Constant(ir.IntType(32), 0))
+        for lane in range(1, v.lanes):
+            result = builder.fadd(result, builder.extract_element(args[0], ir.Constant(ir.IntType(32), lane)))
+        return result
+    return v.dtype(v), codegen

@@ -1,0 +1,43 @@
+"""convalgos.simd: one register as a Numba value; each operation against NumPy, in float32 and float64."""
+import numpy as np
+import pytest
+from numba import njit
+
+from convalgos.simd import fma, lanes, load, splat, store, total, zeros
+
+
+@njit
+def _saxpy_blocks(a, x, y, out):
+    """out[i] = a[0] * x[i] + y[i], one register at a time; returns the sum of out's lanes, register by register."""
+    L = lanes(x)
+    s = 0.0
+    for i in range(0, x.size, L):
+        v = fma(splat(a, 0), load(x, i), load(y, i))
+        store(out, i, v)
+        s += total(v)
+    return s
+
+
+@njit
+def _zeros_stored(x):
+    store(x, 0, zeros(x))
+
+
+@pytest.mark.parametrize("dtype, expected_lanes", [(np.float32, 8), (np.float64, 4)])
+def test_operations_match_numpy(dtype, expected_lanes):
+    rng = np.random.default_rng(0)
+    x, y = rng.standard_normal(32).astype(dtype), rng.standard_normal(32).astype(dtype)
+    a, out = np.array([1.5], dtype), np.empty(32, dtype)
+    assert njit(lambda v: lanes(v))(x) == expected_lanes
+    s = _saxpy_blocks(a, x, y, out)
+    np.testing.assert_allclose(out, a[0] * x + y, rtol=1e-6)
+    assert s == pytest.approx(float(out.sum()), rel=1e-5)
+    _zeros_stored(x)
+    assert not x[:expected_lanes].any() and x[expected_lanes:].all()
+
+
+def test_total_adds_the_lanes_in_order():
+    """total is a fixed left-to-right sum: (((1e8 + 1) + ... ) - 1e8) in float32 loses the ones, as NumPy's
+    sequential sum in float32 does, and the answer never changes from run to run."""
+    x = np.array([1e8, 1, 1, 1, 1, 1, 1, -1e8], np.float32)
+    assert njit(lambda v: total(load(v, 0)))(x) == np.float32(0.0)
