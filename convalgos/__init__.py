@@ -22,6 +22,21 @@ if "torch" in sys.modules and "OMP_WAIT_POLICY" not in os.environ:
     warnings.warn(TORCH_FIRST, RuntimeWarning, stacklevel=2)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
+# OpenBLAS (numpy's BLAS) has its worker threads spin for 2**28 cycles (~0.1 s) after every GEMM. A Numba
+# kernel run in that window shares its cores with them, and its static shares make it wait for the slowest
+# thread: measured here, direct on a CIFAR layer took 2.9 ms instead of 1.5 ms beside im2col and Winograd,
+# and Winograd's own transforms slowed as much. 2**16 cycles (~20 us) still covers back-to-back GEMMs. OpenBLAS
+# reads the variable once, when numpy loads it: imported after numpy, convalgos can only say so.
+NUMPY_FIRST = ("numpy was imported before convalgos with OPENBLAS_THREAD_TIMEOUT unset: OpenBLAS's threads now "
+               "spin ~0.1 s after every matrix product and slow the Numba kernels that follow (measured here: "
+               "a CIFAR layer's direct pass took 2.9 ms instead of 1.5 ms beside im2col). Import convalgos (or "
+               "autotune) before numpy, or set OPENBLAS_THREAD_TIMEOUT=16 in the environment.")
+if "numpy" in sys.modules and "OPENBLAS_THREAD_TIMEOUT" not in os.environ:
+    blas = sys.modules["numpy"].__config__.CONFIG["Build Dependencies"]["blas"].get("name", "")
+    if "openblas" in blas:
+        warnings.warn(NUMPY_FIRST, RuntimeWarning, stacklevel=2)
+os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "16")
+
 from . import reference  # noqa: E402
 # Importing an algorithm's module registers it: this is the order ALGORITHMS lists them in.
 from . import direct  # noqa: F401,E402  (registration, one line per algorithm)

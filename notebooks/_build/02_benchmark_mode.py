@@ -21,9 +21,9 @@
 
 # %%
 import inspect, os, time
+import autotune, convalgos    # first: it sets the thread variables that numpy's OpenBLAS reads when it loads
 import numpy as np
 import matplotlib.pyplot as plt
-import autotune, convalgos
 from autotune import measure, models, nn, profile
 
 print(inspect.getdoc(autotune.tuning).split("\n\n", 1)[1])

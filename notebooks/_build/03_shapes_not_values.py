@@ -13,9 +13,9 @@
 
 # %%
 import os
+import autotune, convalgos    # first: it sets the thread variables that numpy's OpenBLAS reads when it loads
 import numpy as np
 import matplotlib.pyplot as plt
-import autotune, convalgos
 from autotune import measure
 
 rng = np.random.default_rng(0)

@@ -10,9 +10,9 @@
 
 # %%
 import hashlib, os, tempfile
+import autotune, convalgos    # first: it sets the thread variables that numpy's OpenBLAS reads when it loads
 import numpy as np
 import matplotlib.pyplot as plt
-import autotune, convalgos
 from autotune import measure
 from convalgos import reference
 

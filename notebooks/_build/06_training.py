@@ -20,9 +20,9 @@
 
 # %%
 import os, time
+import autotune, convalgos    # first: it sets the thread variables that numpy's OpenBLAS reads when it loads
 import numpy as np
 import matplotlib.pyplot as plt
-import autotune, convalgos
 from autotune import data, measure, models, nn, optim, profile
 
 x_train, y_train, x_test, y_test = data.load_digits()
