@@ -2,6 +2,7 @@
 
     python -m bench.nets            # ResNet-18 b1 224, ResNet-20 b32, LeNet-5 b64, VGG-16 b1 224, MobileNet-v1 b1 224
     python -m bench.nets --quick    # a smoke test: small inputs, one round, results under /tmp unless --out
+    python -m bench.nets --models resnet20,lenet5 --out /tmp/nets.md    # some of the nets
 
 Per net, one forward pass at a time runs with every conv autotuned (benchmark mode, tuned first), forced to
 one algorithm (where that algorithm supports every conv of the net), or computed by torch's conv2d (torch
@@ -149,11 +150,15 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=None, help="timed rounds (default 5, 1 with --quick)")
     ap.add_argument("--out", type=Path, default=None, help="markdown path (default bench/results/cpu-nets.md; "
                                                            "/tmp/cpu-nets-quick.md with --quick)")
+    ap.add_argument("--models", default=None, help="comma-separated model names to run (default: all five)")
     args = ap.parse_args(argv)
     rounds = args.rounds or (1 if args.quick else 5)
     out = args.out or (Path("/tmp/cpu-nets-quick.md") if args.quick else RESULTS / "cpu-nets.md")
     results = {}
+    chosen = set(args.models.split(",")) if args.models else None
     for label, model_name, batch, size in (QUICK if args.quick else NETS):
+        if chosen is not None and model_name not in chosen:
+            continue
         print(f"{label} ...", flush=True)
         results[label] = (model_name, *conv_times(model_name, batch, size, rounds),
                           whole_pass(model_name, batch, size, rounds))
