@@ -276,6 +276,22 @@ def test_batchnorm_train_mode_matches_torch_over_steps():
     np.testing.assert_allclose(bn(x), torch_apply(tbn, x), rtol=1e-5, atol=1e-5)
 
 
+def test_batchnorm_without_input_gradient_gives_the_same_parameter_gradients():
+    """backward(input_grad=False) (a first layer) skips dx and returns None; dw and db are those of the full
+    pass. A float16 input is normalised in float32 (the parameters' dtype)."""
+    x, g = rand(4, 3, 5, 5) * 3 - 1, rand(4, 3, 5, 5, seed=1)
+    full, skip = nn.BatchNorm2d(3).train(), nn.BatchNorm2d(3).train()
+    full(x), skip(x)
+    assert full.backward(g, input_grad=True).shape == x.shape
+    assert skip.backward(g, input_grad=False) is None
+    for k in ("weight", "bias"):
+        np.testing.assert_array_equal(full.grad_dict()[k], skip.grad_dict()[k])
+    half = nn.BatchNorm2d(3).train()
+    y = half(x.astype(np.float16))
+    assert y.dtype == np.float32 and half.backward(g.astype(np.float16), input_grad=True).dtype == np.float16
+    np.testing.assert_allclose(y, full(x), atol=2e-2)
+
+
 def test_linear_backward_matches_torch():
     t = pytest.importorskip("torch")
     lin, tlin = nn.Linear(12, 7), t.nn.Linear(12, 7)

@@ -8,6 +8,10 @@
 - ``max_pool_grad``: each output's dy is added at its max's index (windows may overlap).
 - ``epilogue``: a conv output's bias, a residual and a ReLU applied in place in one pass (eval mode's fused
   path, ``inference.py``), where NumPy would take three passes and two fresh arrays.
+- ``batch_norm`` and ``batch_norm_grad``: train-mode BatchNorm per channel, three passes over x forward (sum,
+  centred sum of squares, output) and two backward (the two sums, then dx), x_hat recomputed from x instead
+  of stored; NumPy took seven passes each way and three fresh arrays. Parallel over channels; each channel's
+  sums are reassociated into vector lanes (a fixed order for the compiled code, so repeatable).
 
 All run in parallel over the (n, c) planes, so no two threads write the same element.
 """
@@ -74,3 +78,56 @@ def epilogue(y, bias, residual, relu):
             if relu and v < 0:
                 v = 0
             y[n, k, i] = v
+
+
+@njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
+def batch_norm(x, weight, bias, eps, y, mean, var):
+    """x, y: (N, C, P). Per channel c over its n = N*P values: mean[c] = sum(x) / n, var[c] = sum((x - mean)^2)
+    / n (the biased variance), y = (x - mean) / sqrt(var + eps) * weight[c] + bias[c]."""
+    N, C, P = x.shape
+    count = N * P
+    for c in prange(C):
+        s = 0.0
+        for n in range(N):
+            row = x[n, c]
+            for i in range(P):
+                s += row[i]
+        mu = s / count
+        ss = 0.0
+        for n in range(N):
+            row = x[n, c]
+            for i in range(P):
+                d = row[i] - mu
+                ss += d * d
+        v = ss / count
+        scale = weight[c] / np.sqrt(v + eps)
+        shift = bias[c] - mu * scale
+        for n in range(N):
+            row, out = x[n, c], y[n, c]
+            for i in range(P):
+                out[i] = row[i] * scale + shift
+        mean[c], var[c] = mu, v
+
+
+@njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
+def batch_norm_grad(x, dy, mean, inv_std, weight, db, dw, dx):
+    """Per channel c, with x_hat = (x - mean[c]) * inv_std[c] over its n = N*P values: db[c] = sum(dy),
+    dw[c] = sum(dy * x_hat), and, unless dx is empty, dx = weight[c] * inv_std[c] / n * (n*dy - db - x_hat*dw)."""
+    N, C, P = x.shape
+    count = N * P
+    for c in prange(C):
+        mu, inv = mean[c], inv_std[c]
+        sd, sdx = 0.0, 0.0
+        for n in range(N):
+            row, grad = x[n, c], dy[n, c]
+            for i in range(P):
+                sd += grad[i]
+                sdx += grad[i] * ((row[i] - mu) * inv)
+        db[c], dw[c] = sd, sdx
+        if dx.shape[0] == 0:
+            continue
+        k = weight[c] * inv / count
+        for n in range(N):
+            row, grad, out = x[n, c], dy[n, c], dx[n, c]
+            for i in range(P):
+                out[i] = k * (count * grad[i] - sd - (row[i] - mu) * inv * sdx)

@@ -10,13 +10,18 @@ Its backward pass (the mean and variance depend on x, so every x_hat depends on 
 
     db = sum(dy),  dw = sum(dy * x_hat),  dx = w / (n * sqrt(var + eps)) * (n*dy - db - x_hat*dw)
 
-Eval mode is one fused per-channel scale and shift with the running statistics.
+Eval mode is one fused per-channel scale and shift with the running statistics. Train mode runs as two Numba
+kernels (``kernels.batch_norm``, ``kernels.batch_norm_grad``): the backward pass recomputes x_hat from the
+saved input, mean and 1/sqrt(var + eps) rather than keeping it. Like torch, the layer keeps its input (not a
+copy) for the backward pass, so the input must not be changed in place in between (torch raises there; this
+library keeps no version counters, and its own layers never write into their inputs).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from .module import Module, channel_sum
+from . import kernels
+from .module import Module
 
 
 class BatchNorm2d(Module):
@@ -54,36 +59,30 @@ class BatchNorm2d(Module):
         if n < 2:
             raise ValueError(f"BatchNorm2d in train mode needs more than 1 value per channel, got input shape "
                              f"{x.shape}")
-        x = x.astype(ct, copy=False)
-        mean = channel_sum(x) / n
-        centred = x - mean[:, None, None]
-        var = channel_sum(centred * centred) / n
-        inv_std = 1 / np.sqrt(var + self.eps)
-        x_hat = centred
-        x_hat *= inv_std[:, None, None]
+        x = np.ascontiguousarray(x, dtype=ct)
+        C = x.shape[1]
+        y = np.empty_like(x)
+        mean, var = np.empty(C, ct), np.empty(C, ct)
+        kernels.batch_norm(x.reshape(x.shape[0], C, -1), self.weight.astype(ct), self.bias.astype(ct),
+                           self.eps, y.reshape(x.shape[0], C, -1), mean, var)
         m = self.momentum
         self.running_mean[...] = (1 - m) * self.running_mean + m * mean
         self.running_var[...] = (1 - m) * self.running_var + m * var * (n / (n - 1))
-        self.save_for_backward(x_hat, inv_std)
-        y = x_hat * self.weight.astype(ct)[:, None, None]
-        y += self.bias.astype(ct)[:, None, None]
+        self.save_for_backward(x, mean, 1 / np.sqrt(var + self.eps))
         return y.astype(dt, copy=False)
 
     def backward_from(self, saved, dy, input_grad):
-        x_hat, inv_std = saved
-        n, dt = x_hat.size // x_hat.shape[1], dy.dtype
-        dy = dy.astype(x_hat.dtype, copy=False)
-        db = channel_sum(dy)
-        dw = channel_sum(dy * x_hat)
+        x, mean, inv_std = saved
+        dt, ct, C = dy.dtype, x.dtype, x.shape[1]
+        dy = np.ascontiguousarray(dy, dtype=ct)
+        db, dw = np.empty(C, ct), np.empty(C, ct)
+        dx = np.empty_like(x) if input_grad else np.empty((0,) + x.shape[1:], ct)
+        P = x.size // (x.shape[0] * C)
+        kernels.batch_norm_grad(x.reshape(-1, C, P), dy.reshape(-1, C, P), mean, inv_std, self.weight.astype(ct),
+                                db, dw, dx.reshape(dx.shape[0], C, P))
         self.accumulate_grad("bias", db)
         self.accumulate_grad("weight", dw)
-        if not input_grad:
-            return None
-        dx = x_hat * (-dw / n)[:, None, None]
-        dx += dy
-        dx -= (db / n)[:, None, None]
-        dx *= (self.weight.astype(x_hat.dtype) * inv_std)[:, None, None]
-        return dx.astype(dt, copy=False)
+        return dx.astype(dt, copy=False) if input_grad else None
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}, momentum={self.momentum}"
