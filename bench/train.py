@@ -27,7 +27,7 @@ import argparse
 from collections import OrderedDict, defaultdict
 from pathlib import Path
 
-import convalgos  # noqa: F401 - before torch: it sets OMP_WAIT_POLICY for every OpenMP runtime
+import convalgos  # noqa: F401 - before torch: it sets how every OpenMP runtime waits
 import numba
 import numpy as np
 

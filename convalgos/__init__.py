@@ -21,6 +21,12 @@ TORCH_FIRST = ("torch was imported before convalgos with OMP_WAIT_POLICY unset: 
 if "torch" in sys.modules and "OMP_WAIT_POLICY" not in os.environ:
     warnings.warn(TORCH_FIRST, RuntimeWarning, stacklevel=2)
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+# Passive alone went too far: every parallel region then wakes its threads from sleep, which cost Numba ~10%
+# on back-to-back kernels and torch ~40% (ResNet-20 b32 forward, torch alone: 34-40 ms passive, 24-28 ms with
+# libgomp's default 3 ms spin). GNU OpenMP (Numba's omp layer and torch's) lets a spin count override the
+# policy: 10000 spins (~0.1 ms) keeps threads awake across back-to-back regions (torch 25-29 ms, Numba's 10%
+# back) and still frees the cores soon after. Other OpenMP runtimes keep the passive policy.
+os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 # OpenBLAS (numpy's BLAS) has its worker threads spin for 2**28 cycles (~0.1 s) after every GEMM. A Numba
 # kernel run in that window shares its cores with them, and its static shares make it wait for the slowest

@@ -49,3 +49,13 @@ def test_the_timeout_reaches_openblas_before_numpy_loads_it():
     environ = {k: v for k, v in os.environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
     assert subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True,
                           check=True).stdout.strip() == "16"
+
+
+@pytest.mark.parametrize("given, expected", [(None, "10000"), ("0", "0")])
+def test_the_spin_count_is_set_unless_the_user_set_one(given, expected):
+    code = "import convalgos, os; print(os.environ['GOMP_SPINCOUNT'])"
+    environ = {k: v for k, v in os.environ.items() if k != "GOMP_SPINCOUNT"}
+    if given is not None:
+        environ["GOMP_SPINCOUNT"] = given
+    assert subprocess.run([sys.executable, "-c", code], env=environ, capture_output=True, text=True,
+                          check=True).stdout.strip() == expected
