@@ -15,6 +15,10 @@ layer class and records, per class, the algorithms from fastest to slowest. The 
 ones, in the order given. Where the file has no rules for a device and pass (the GPU, until it is measured),
 the algorithms rank by their own FLOP count for the layer, fewest first, and the rule's name says so.
 ``{"rules": [...]}`` (no "devices") is the same rules for every device and pass.
+
+A pass run on a prepared weight (eval mode: the weight's transform is made once, not timed) has its own rules
+under ``"<pass> prepared"`` ("forward prepared"), measured that way: Winograd and FFT rank higher there.
+Where a device has none, the pass's plain rules apply.
 """
 from __future__ import annotations
 
@@ -70,28 +74,32 @@ class Heuristics:
             warnings.warn(f"heuristics {path} not used ({e}); ranking by FLOPs")
             return cls({"rules": []})
 
-    def rules(self, op: str = "forward", device: str = "cpu") -> list:
-        """The rules for pass ``op`` on a device of kind ``device`` (empty where nothing was measured)."""
+    def rules(self, op: str = "forward", device: str = "cpu", prepared: bool = False) -> list:
+        """The rules for pass ``op`` on a device of kind ``device`` (empty where nothing was measured); with
+        ``prepared``, those measured on prepared weights where there are some."""
         if self.devices is None:
             return self.everywhere
-        return list(self.devices.get(device, {}).get(op, []))
+        passes = self.devices.get(device, {})
+        return list(passes.get(f"{op} prepared") or passes.get(op, []) if prepared else passes.get(op, []))
 
-    def rank(self, p: ConvParams, names, op: str = "forward", device: str = "cpu", flops=None) -> tuple[list, str]:
+    def rank(self, p: ConvParams, names, op: str = "forward", device: str = "cpu", flops=None,
+             prepared: bool = False) -> tuple[list, str]:
         """``names`` ordered best first by the first matching rule, and that rule's name. With no rule for the
         device and pass: by ``flops`` (name -> FLOPs) when given, else as given."""
         names, f = list(names), features(p)
-        for rule in self.rules(op, device):
+        for rule in self.rules(op, device, prepared):
             if matches(rule.get("when", {}), f):
                 order = {name: i for i, name in enumerate(rule["order"])}
                 return sorted(names, key=lambda n: (order.get(n, len(order)), names.index(n))), rule["name"]
         if flops is None:
             return names, "registration order"
-        why = "no rule matched" if self.rules(op, device) else f"no measured rules for {device} {op}"
+        why = "no rule matched" if self.rules(op, device, prepared) else f"no measured rules for {device} {op}"
         return sorted(names, key=lambda n: (flops[n], names.index(n))), f"fewest FLOPs first ({why})"
 
-    def slowdowns(self, rule_name: str, names, op: str = "forward", device: str = "cpu") -> dict:
+    def slowdowns(self, rule_name: str, names, op: str = "forward", device: str = "cpu",
+                  prepared: bool = False) -> dict:
         """name -> its measured score in that rule over the best score among ``names`` (where measured)."""
-        rule = next((r for r in self.rules(op, device) if r["name"] == rule_name), {})
+        rule = next((r for r in self.rules(op, device, prepared) if r["name"] == rule_name), {})
         score = {n: rule.get("score", {})[n] for n in names if n in rule.get("score", {})}
         best = min(score.values(), default=1.0)
         return {n: s / best for n, s in score.items()}

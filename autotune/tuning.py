@@ -62,7 +62,7 @@ def candidates(tuner, key: Key, registry: dict, kind: str) -> tuple[list, dict, 
                         f"{over[smallest]} bytes ({over[smallest] / MiB:.2f} MiB, {smallest})")
         raise UnsupportedError(f"{message}. Reasons: {skipped}")
     flops = {name: registry[name].flops(p, op) for name in names}
-    ranked, rule = tuner.heuristics.rank(p, names, op=op, device=kind, flops=flops)
+    ranked, rule = tuner.heuristics.rank(p, names, op=op, device=kind, flops=flops, prepared=key.prepared)
     return ranked, workspace, skipped, rule
 
 
@@ -142,7 +142,7 @@ def _limit_and_prune(tuner, ranked: list, rule: str, key: Key, skipped: dict, ki
             skipped[name] = f"benchmark_limit={limit}: ranked {rank} by rule {rule!r}"
         ranked = ranked[:limit]
     if tuner.prune_ratio is not None:
-        for name, slowdown in tuner.heuristics.slowdowns(rule, ranked, op=key.op, device=kind).items():
+        for name, slowdown in tuner.heuristics.slowdowns(rule, ranked, op=key.op, device=kind, prepared=key.prepared).items():
             if slowdown >= tuner.prune_ratio:
                 skipped[name] = (f"pruned: rule {rule!r} measured it {slowdown:.1f}x slower than the best of its "
                                  f"class (prune_ratio={tuner.prune_ratio})")

@@ -60,15 +60,18 @@ def torch_pass(p, op, x, w, dy):
                                                        False, (0, 0), p.groups, mask)
 
 
-def time_pass(p, op, x, w, dy, rounds: int, *, peer=True, slow=SLOW) -> tuple[dict, set]:
+def time_pass(p, op, x, w, dy, rounds: int, *, peer=True, slow=SLOW, prepared=False) -> tuple[dict, set]:
     """(name -> median seconds of pass ``op`` of p for every algorithm that supports it, and torch's with
-    ``peer``; the names over ``slow`` times the fastest, timed once only)."""
+    ``peer``; the names over ``slow`` times the fastest, timed once only). With ``prepared``, an algorithm
+    that prepares its weight for the pass does so once, untimed, and is timed on that form (eval mode)."""
     a, b = {"forward": (x, w), "backward_data": (dy, w), "backward_filter": (x, dy)}[op]
     calls = {}
     for name, algorithm in ALGORITHMS.items():
         if algorithm.supports(p, op):
             out = np.empty(p.result_shape(op), np.float32)
-            calls[name] = (lambda algorithm=algorithm, out=out: convalgos.run(algorithm, op, a, b, p, out))
+            form = algorithm.prepare(w, p, op) if prepared else None
+            calls[name] = (lambda algorithm=algorithm, out=out, form=form:
+                           convalgos.run(algorithm, op, a, b, p, out, prepared=form))
     theirs = torch_pass(p, op, x, w, dy) if peer else None
     if theirs is not None:
         calls["torch"] = theirs

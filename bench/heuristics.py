@@ -1,6 +1,6 @@
 """Re-measure the heuristic rules and write ``autotune/heuristics.json`` (the CPU's rules, per pass).
 
-    python -m bench.heuristics [--passes forward backward_data backward_filter] [--out PATH]
+    python -m bench.heuristics [--passes forward "forward prepared" backward_data backward_filter] [--out PATH]
     python -m bench.heuristics --quick     # one layer per class, 3 rounds, to /tmp/heuristics-quick.json
 
 For each pass and each layer class (most specific first) it times every algorithm that supports the pass on
@@ -10,6 +10,7 @@ of its time divided by the layer's best time (layers it does not support are lef
 writes the class's rule: the algorithms from best score to worst. A last rule with no condition, ranked over
 every representative layer, is the default. ``autotune.heuristics`` reads the rules, per device and pass:
 first match wins. The other devices' rules in the file (the GPU's) and the passes not re-measured are kept.
+"forward prepared" is the forward pass on weights each algorithm prepared once, untimed (eval mode's path).
 """
 from __future__ import annotations
 
@@ -55,10 +56,15 @@ CLASSES = [
 SLOW = 30.0
 
 
-def layer_times(p, op: str, rounds: int) -> dict:
-    """Median seconds of every algorithm that supports pass ``op`` of layer p."""
+#: what is measured: each pass, and the forward pass on prepared weights (the tuner's eval-mode keys)
+MEASURED = (*PASSES, "forward prepared")
+
+
+def layer_times(p, measured: str, rounds: int) -> dict:
+    """Median seconds of every algorithm that supports the pass of layer p (``measured``: one of MEASURED)."""
     x, w, dy = arrays(p)
-    return time_pass(p, op, x, w, dy, rounds, peer=False, slow=SLOW)[0]
+    op = measured.removesuffix(" prepared")
+    return time_pass(p, op, x, w, dy, rounds, peer=False, slow=SLOW, prepared=op != measured)[0]
 
 
 def ranking(times_per_layer: list) -> list:
@@ -77,23 +83,24 @@ def rule(name: str, when: dict, times_per_layer: list) -> dict:
     return {"name": name, "when": when, "order": order, "score": {n: round(score[n], 3) for n in order}}
 
 
-def pass_rules(op: str, rounds: int, quick: bool) -> list:
+def pass_rules(measured: str, rounds: int, quick: bool) -> list:
     rules, every_layer = [], []
+    suffix = " (prepared weight)" if measured.endswith(" prepared") else ""
     for name, when, layers in CLASSES:
-        times = [layer_times(p, op, rounds) for p in (layers[:1] if quick else layers)]
+        times = [layer_times(p, measured, rounds) for p in (layers[:1] if quick else layers)]
         every_layer += times
-        rules.append(rule(name, when, times))
-        print(f"{op:<16} {name:<24} {' > '.join(rules[-1]['order'])}")
-    rules.append(rule("default", {}, every_layer))
+        rules.append(rule(name + suffix, when, times))
+        print(f"{measured:<17} {name:<24} {' > '.join(rules[-1]['order'])}")
+    rules.append(rule("default" + suffix, {}, every_layer))
     return rules
 
 
-def measure(rounds: int, quick: bool, passes=PASSES, old=None) -> dict:
+def measure(rounds: int, quick: bool, passes=MEASURED, old=None) -> dict:
     """The heuristics file with the CPU's passes in ``passes`` re-measured; the other passes' rules and the other
     devices' are kept from ``old`` (an unmeasured pass has none: the tuner then ranks by FLOPs)."""
     devices = dict((old or {}).get("devices", {}))
     kept = devices.get("cpu", {})
-    devices["cpu"] = {op: pass_rules(op, rounds, quick) if op in passes else kept.get(op, []) for op in PASSES}
+    devices["cpu"] = {op: pass_rules(op, rounds, quick) if op in passes else kept.get(op, []) for op in MEASURED}
     return {"schema": 2, "produced_by": "python -m bench.heuristics" + (" --quick" if quick else ""),
             "measured": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": fingerprint(), "convalgos": convalgos.__version__,
@@ -104,7 +111,7 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one layer per class, 3 rounds")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--passes", nargs="+", choices=PASSES, default=list(PASSES))
+    ap.add_argument("--passes", nargs="+", choices=MEASURED, default=list(MEASURED))
     ap.add_argument("--out", default=None, help=f"default {DEFAULT_PATH}; /tmp/heuristics-quick.json with --quick")
     args = ap.parse_args(argv)
     args.out = args.out or ("/tmp/heuristics-quick.json" if args.quick else DEFAULT_PATH)

@@ -6,7 +6,6 @@ import convalgos
 from autotune.heuristics import Heuristics, features, matches
 from bench import heuristics as script
 from bench.layers import layer
-from convalgos import PASSES
 
 
 def test_features_and_conditions():
@@ -44,18 +43,32 @@ def test_ranking_is_by_geometric_mean_of_ratio_to_best():
     assert order == ["b", "c", "a"] and np.isclose(score["a"], 2.0) and np.isclose(score["b"], 2 ** 0.5)
 
 
+def test_prepared_keys_use_their_own_rules_where_measured():
+    h = Heuristics({"devices": {"cpu": {"forward": [{"name": "plain", "when": {}, "order": ["a", "b"]}],
+                                        "forward prepared": [{"name": "prep", "when": {}, "order": ["b", "a"]}]}}})
+    p = layer(1, 4, 8, 4, 3)
+    assert h.rank(p, ["a", "b"], op="forward") == (["a", "b"], "plain")
+    assert h.rank(p, ["a", "b"], op="forward", prepared=True) == (["b", "a"], "prep")
+    assert h.rank(p, ["a", "b"], op="backward_data", prepared=True)[1] == "registration order"
+    h.devices["cpu"].pop("forward prepared")                  # none measured: the plain pass's rules apply
+    assert h.rank(p, ["a", "b"], op="forward", prepared=True) == (["a", "b"], "plain")
+
+
 def test_heuristics_json_is_the_scripts_output():
     h = Heuristics.from_file()
-    assert set(h.devices) == {"cpu"} and set(h.devices["cpu"]) == set(PASSES)
-    assert h.rules("forward", "cpu"), "the forward pass is measured"
-    for op in PASSES:
-        rules = h.rules(op, "cpu")
+    assert set(h.devices) == {"cpu"} and set(h.devices["cpu"]) == set(script.MEASURED)
+    assert h.rules("forward", "cpu") and h.rules("forward", "cpu", prepared=True), "forward is measured"
+    for measured in script.MEASURED:
+        op, prepared = measured.removesuffix(" prepared"), measured.endswith(" prepared")
+        suffix = " (prepared weight)" if prepared else ""
+        rules = h.devices["cpu"][measured]
         if not rules:                      # a pass not measured yet ranks by FLOPs
             continue
-        assert [(r["name"], r["when"]) for r in rules] == [(n, w) for n, w, _ in script.CLASSES] + [("default", {})]
+        assert [(r["name"], r["when"]) for r in rules] == ([(n + suffix, w) for n, w, _ in script.CLASSES]
+                                                           + [("default" + suffix, {})])
         for r in rules:
             scores = [r["score"][n] for n in r["order"]]          # best first, by its (rounded) scores
             assert scores == sorted(scores) and set(r["order"]) == set(r["score"])
         for name, when, layers in script.CLASSES:      # every class's layers fire their own rule
             for p in layers:
-                assert h.rank(p, list(convalgos.ALGORITHMS), op=op)[1] == name, (name, p)
+                assert h.rank(p, list(convalgos.ALGORITHMS), op=op, prepared=prepared)[1] == name + suffix

@@ -281,3 +281,14 @@ def test_a_prepared_key_is_tuned_on_the_prepared_path_with_the_prepare_cost_apar
     assert restored.key == prepared_entry.key and restored.prepare_seconds == prepared_entry.prepare_seconds
     assert "prepared" not in plain_entry.key.to_dict()              # plain keys are written as before
     assert autotune.Key.from_dict(plain_entry.key.to_dict()) == plain_entry.key
+
+
+def test_benchmark_off_ranks_a_prepared_key_by_the_prepared_rules():
+    rules = {"forward": [{"name": "plain", "when": {}, "order": ["im2col", "winograd_4x4"]}],
+             "forward prepared": [{"name": "on prepared weights", "when": {}, "order": ["winograd_4x4", "im2col"]}]}
+    tuner = autotune.Tuner(algorithms=OrderedDict((n, ALGORITHMS[n]) for n in ("im2col", "winograd_4x4")),
+                           benchmark=False, heuristics=Heuristics({"devices": {"cpu": rules}}))
+    x, w = rand(1, 4, 10, 10), rand(6, 4, 3, 3, seed=1)
+    assert tuner.forward_choice(x, w, None, 1, 1, prepared=True).entry.algo == "winograd_4x4"
+    assert tuner.forward_choice(x, w, None, 1, 1).entry.algo == "im2col"
+    assert {e.rule for e in tuner.dispatch_table()} == {"plain", "on prepared weights"}
