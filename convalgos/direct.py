@@ -25,9 +25,10 @@ pass acc[t] += w[k, c, r, s] * xq[offset(c, r, s) + t] with no bounds test.
 Register blocking (``direct_rows``). The outputs of 4 channels k0..k0+3 at 2 vectors of consecutive t (16
 float32 outputs each) are 8 accumulators that stay in CPU registers over all Cg*R*S taps (``simd``): per tap,
 two vector loads of xq and four broadcasts of w feed eight fused multiply-adds, so the loop is bound by the
-FMA units, not by loads and stores of an accumulator in memory. A work item is a block of whole output rows
-(about ``SEGMENT`` outputs per channel) of 4 channels of one group and image; the channels a group has beyond
-a multiple of 4 go one at a time. Blocks round the rows' flat span up to whole vectors, so a block may read
+FMA units, not by loads and stores of an accumulator in memory. A CPU with 32 vector registers (AVX-512)
+takes 8 channels, 16 accumulators (``direct_kernels.BLOCK``): half the loads of x per multiply-add. A work
+item is a block of whole output rows (about ``SEGMENT`` outputs per channel) of one such channel block of one
+group and image; a group's channels left over go four, then one, at a time. Blocks round the rows' flat span up to whole vectors, so a block may read
 up to 16 elements past a plane: the planes are followed by that much zeroed room.
 
 Backward-data gathers. Input position hp = h + top (padded) is read by tap r exactly when hp - r*dh is a
@@ -67,12 +68,12 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads
 
-from .direct_kernels import direct_rows, filter_dots, split_phases, tap_table
+from .direct_kernels import BLOCK, direct_rows, filter_dots, split_phases, tap_table
 from .params import ConvParams
 from .registry import Algorithm, register
 from .simd import REGISTER_BYTES
 
-#: output elements per channel of one work item (a block of whole output rows): 4 channels of 8 KiB float32.
+#: output elements per channel of one work item (a block of whole output rows): 8 KiB float32 per channel.
 SEGMENT = 2048
 #: bytes of dy and x one backward-filter item keeps in cache over all its taps (half of a 512 KiB L2).
 FILTER_CACHE = 256 * 1024
@@ -102,9 +103,9 @@ def computed_outputs(Ho: int, rows: int, pitch: int, itemsize: int) -> int:
 
 
 def stage_bytes(p: ConvParams, rows: int, pitch: int) -> int:
-    """Each thread's stage: 4 channels x one item's outputs rounded up to a register block."""
+    """Each thread's stage: BLOCK channels x one item's outputs rounded up to a register block."""
     T = block_outputs(p.itemsize)
-    return get_num_threads() * 4 * (-(-rows * pitch // T) * T) * p.itemsize
+    return get_num_threads() * BLOCK * (-(-rows * pitch // T) * T) * p.itemsize
 
 
 def filter_images(p: ConvParams) -> int:
@@ -245,9 +246,9 @@ class Direct(Algorithm):
         return flat[:N * C * length].reshape(N, C, length)
 
     def _stage(self, rows: int, pitch: int, dtype):
-        """Each thread's 4 channels x (rows * pitch, rounded up to a register block) outputs."""
+        """Each thread's BLOCK channels x (rows * pitch, rounded up to a register block) outputs."""
         T = block_outputs(np.dtype(dtype).itemsize)
-        return self.workspace.get("direct.stage", (get_num_threads(), 4, -(-rows * pitch // T) * T), dtype)
+        return self.workspace.get("direct.stage", (get_num_threads(), BLOCK, -(-rows * pitch // T) * T), dtype)
 
 
 register(Direct())

@@ -5,7 +5,12 @@ from __future__ import annotations
 from numba import njit, prange
 
 from ._kernels import copy_strided, share
-from .simd import fma, lanes, load, splat, store, total, zeros
+from .simd import REGISTERS, fma, lanes, load, splat, store, total, zeros
+
+#: output channels of ``direct_rows``' register block: 8 (16 accumulators) where the CPU has 32 vector
+#: registers, else 4 (8 accumulators; 16 would spill). Measured on AVX-512 Zen 4, kernel alone: 8 channels ran
+#: 1.08-1.25x faster than 4 on CIFAR, ResNet-18 and stride-2 3x3 layers.
+BLOCK = 8 if REGISTERS >= 32 else 4
 
 
 @njit(cache=True, inline="always")
@@ -86,6 +91,42 @@ def _four_channels(xq, w, taps, n, c0, k0, t0, stage, s0):
 
 
 @njit(cache=True, inline="always")
+def _eight_channels(xq, w, taps, n, c0, k0, t0, stage, s0):
+    """``_four_channels`` for 8 channels: sixteen accumulators (for CPUs with 32 vector registers); per tap two
+    loads of x and eight broadcasts of w feed sixteen multiply-adds."""
+    L = lanes(stage)
+    w0, w1, w2, w3 = w[k0], w[k0 + 1], w[k0 + 2], w[k0 + 3]
+    w4, w5, w6, w7 = w[k0 + 4], w[k0 + 5], w[k0 + 6], w[k0 + 7]
+    a00, a01, a10, a11 = zeros(stage), zeros(stage), zeros(stage), zeros(stage)
+    a20, a21, a30, a31 = zeros(stage), zeros(stage), zeros(stage), zeros(stage)
+    a40, a41, a50, a51 = zeros(stage), zeros(stage), zeros(stage), zeros(stage)
+    a60, a61, a70, a71 = zeros(stage), zeros(stage), zeros(stage), zeros(stage)
+    for q in range(w.shape[1]):
+        plane, at = xq[n, c0 + taps[0, q]], taps[1, q] + t0
+        x0, x1 = load(plane, at), load(plane, at + L)
+        u = splat(w0, q)
+        a00, a01 = fma(u, x0, a00), fma(u, x1, a01)
+        u = splat(w1, q)
+        a10, a11 = fma(u, x0, a10), fma(u, x1, a11)
+        u = splat(w2, q)
+        a20, a21 = fma(u, x0, a20), fma(u, x1, a21)
+        u = splat(w3, q)
+        a30, a31 = fma(u, x0, a30), fma(u, x1, a31)
+        u = splat(w4, q)
+        a40, a41 = fma(u, x0, a40), fma(u, x1, a41)
+        u = splat(w5, q)
+        a50, a51 = fma(u, x0, a50), fma(u, x1, a51)
+        u = splat(w6, q)
+        a60, a61 = fma(u, x0, a60), fma(u, x1, a61)
+        u = splat(w7, q)
+        a70, a71 = fma(u, x0, a70), fma(u, x1, a71)
+    for kk, (lo, hi) in enumerate(((a00, a01), (a10, a11), (a20, a21), (a30, a31),
+                                    (a40, a41), (a50, a51), (a60, a61), (a70, a71))):
+        store(stage[kk], s0, lo)
+        store(stage[kk], s0 + L, hi)
+
+
+@njit(cache=True, inline="always")
 def _one_channel(xq, w, taps, n, c0, k, t0, stage, s0):
     """stage[0, s0:s0 + 2L] for the single channel k (``_four_channels`` for the channels left over)."""
     L = lanes(stage)
@@ -105,20 +146,40 @@ def channel_block(Kg, b):
     return (4 * b, 4) if b < full else (4 * full + b - full, 1)
 
 
+@njit(cache=True)
+def row_blocks(Kg):
+    """How many channel blocks ``row_block`` cuts a group's Kg output channels into."""
+    wide = Kg // BLOCK
+    return wide + (Kg - BLOCK * wide) // 4 + Kg % 4 if BLOCK == 8 else Kg // 4 + Kg % 4
+
+
+@njit(cache=True)
+def row_block(Kg, b):
+    """(first channel within the group, width) of ``direct_rows``' channel block b: blocks of BLOCK channels,
+    then (BLOCK = 8) one of four where at least four are left, then single ones."""
+    wide = Kg // BLOCK
+    if b < wide:
+        return BLOCK * b, BLOCK
+    fours = (Kg - BLOCK * wide) // 4 if BLOCK == 8 else 0
+    if b < wide + fours:
+        return BLOCK * wide, 4
+    return BLOCK * wide + 4 * fours + b - wide - fours, 1
+
+
 @njit(parallel=True, cache=True)
 def direct_rows(xq, w, taps, Cg, rows, Wq, stage, out):
     """out[n, k] = sum over taps q of w[k, q] * xq[n, (k // Kg)*Cg + taps[0, q], taps[1, q] + i*Wq + j] at
     output (i, j); Cg input channels per group (taps[0] < Cg), Kg = K // groups. One item is a block of
-    ``rows`` output rows of a block of four channels of one group (or one channel, ``channel_block``).
+    ``rows`` output rows of a block of BLOCK, four or one channels of one group (``row_block``).
 
-    Each thread owns stage[thread]: output (i, j) of channel k0 + kk is stage[kk, (i - i0)*Wq + j], computed in
-    register blocks of 2L outputs (the item's rows*Wq rounded up), of which the Wo valid columns of each row are
-    copied out. So xq is read up to 2L elements past a plane's end: the caller leaves that much room after the
+    Each thread owns stage[thread] (BLOCK channels): output (i, j) of channel k0 + kk is stage[kk, (i - i0)*Wq
+    + j], computed in register blocks of 2L outputs (the item's rows*Wq rounded up), of which the Wo valid
+    columns of each row are copied out. So xq is read up to 2L elements past a plane's end: the caller leaves that much room after the
     last plane. ``out`` may be a strided view (backward-data writes one phase of dx)."""
     N, C = xq.shape[0], xq.shape[1]
     K, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
     Kg = K // (C // Cg)
-    blocks = Kg // 4 + Kg % 4
+    blocks = row_blocks(Kg)
     T = 2 * lanes(stage)
     n_rows = (Ho + rows - 1) // rows
     n_items = N * (C // Cg) * blocks * n_rows
@@ -128,10 +189,12 @@ def direct_rows(xq, w, taps, Cg, rows, Wq, stage, out):
         for item in range(start, stop):
             n, rest = item // (n_items // N), item % (n_items // N)
             g, b, i0 = rest // (blocks * n_rows), (rest // n_rows) % blocks, (rest % n_rows) * rows
-            first, width = channel_block(Kg, b)
+            first, width = row_block(Kg, b)
             k0, c0, span = g * Kg + first, g * Cg, min(rows, Ho - i0) * Wq
             for t in range(0, span, T):
-                if width == 4:
+                if BLOCK == 8 and width == 8:
+                    _eight_channels(xq, w, taps, n, c0, k0, i0 * Wq + t, stage[thread], t)
+                elif width == 4:
                     _four_channels(xq, w, taps, n, c0, k0, i0 * Wq + t, stage[thread], t)
                 else:
                     _one_channel(xq, w, taps, n, c0, k0, i0 * Wq + t, stage[thread], t)

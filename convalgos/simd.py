@@ -22,12 +22,31 @@ buffer it owns (a view may be read past its end when the memory beyond belongs t
 """
 from __future__ import annotations
 
+import os
+
 from llvmlite import ir
+from llvmlite.binding import get_host_cpu_features
 from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic, models, register_model
 
 REGISTER_BYTES = 32
+
+
+def vector_registers() -> int:
+    """How many such registers the CPU Numba compiles for has: 32 with AVX-512VL (ymm0-31), else 16 (AVX2's
+    ymm0-15; NEON's 32 are 128-bit, two per Vec). 16 when NUMBA_CPU_NAME or NUMBA_CPU_FEATURES picks another
+    target (a portable cache), so a register block never spills there."""
+    if os.environ.get("NUMBA_CPU_NAME") or os.environ.get("NUMBA_CPU_FEATURES"):
+        return 16
+    try:
+        return 32 if get_host_cpu_features().get("avx512vl", False) else 16
+    except RuntimeError:                          # llvmlite cannot read the features on this host
+        return 16
+
+
+#: vector registers of the target CPU: register blocks are sized to fit them
+REGISTERS = vector_registers()
 
 
 class Vec(types.Type):

@@ -8,6 +8,7 @@ from hypothesis import strategies as st
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, reference
 from convalgos.direct import data_phases, data_plane, phase_plane, rows_per_item
+from convalgos.direct_kernels import BLOCK, row_block, row_blocks
 from convalgos.reference import normwise_error
 from layers import conv_kwargs, layers, params_of
 
@@ -219,3 +220,20 @@ def test_backward_data_phases_partition_the_input_and_the_taps(kw):
     assert rows == list(range(13)) and cols == list(range(11))
     assert sorted(r for (_, taps, _, _), _ in data_phases(p)[::sw] for r in taps) == list(range(3))
     assert sorted(s for _, (_, taps, _, _) in data_phases(p)[:sw] for s in taps) == list(range(4))
+
+
+@pytest.mark.parametrize("Kg", range(1, 26))
+def test_row_blocks_cover_each_channel_once_widest_first(Kg):
+    blocks = [row_block(Kg, b) for b in range(row_blocks(Kg))]
+    assert sorted(c for first, width in blocks for c in range(first, first + width)) == list(range(Kg))
+    widths = [width for _, width in blocks]
+    assert widths == sorted(widths, reverse=True) and set(widths) <= {BLOCK, 4, 1}
+    assert widths.count(1) < 4 and widths.count(BLOCK) == Kg // BLOCK
+
+
+@pytest.mark.parametrize("w_shape, groups", [((15, 6, 3, 3), 1), ((13, 6, 3, 3), 1), ((24, 3, 3, 3), 2)])
+def test_every_channel_block_width_agrees_with_the_reference(w_shape, groups):
+    """8-, 4- and 1-channel register blocks in one layer (8 only where the CPU has 32 registers), each pass."""
+    x_shape = (2, w_shape[1] * groups, 9, 10)
+    check(x_shape, w_shape, padding=1, groups=groups)
+    check_backward("direct", x_shape, w_shape, padding=1, groups=groups)
