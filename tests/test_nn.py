@@ -336,3 +336,20 @@ def test_cross_entropy_matches_torch():
     grad = loss_fn.backward()
     assert grad.dtype == np.float32
     np.testing.assert_allclose(grad, tz.grad.numpy(), rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_relu_and_eval_batchnorm_kernels_equal_the_numpy_formulas(dtype):
+    """The Numba kernels (float32, float64) and the NumPy route (float16) give NumPy's bits, NaN and strided
+    inputs included."""
+    x = np.random.default_rng(4).standard_normal((3, 5, 6, 7)).astype(dtype)
+    x[0, 0, 0, :2] = [np.nan, -np.inf]
+    np.testing.assert_array_equal(nn.ReLU()(x), np.maximum(x, 0))
+    bn = nn.BatchNorm2d(5)
+    bn.running_mean[:], bn.running_var[:], bn.weight[:], bn.bias[:] = np.arange(5), np.arange(1, 6), 3.0, 0.25
+    scale = bn.weight / np.sqrt(bn.running_var + bn.eps)
+    shift = bn.bias - bn.running_mean * scale
+    for xs in (x, x[:, :, ::2]):
+        dt = np.result_type(xs, scale)
+        expected = xs * scale.astype(dt)[:, None, None] + shift.astype(dt)[:, None, None]
+        np.testing.assert_array_equal(bn(xs), expected)
