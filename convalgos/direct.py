@@ -23,13 +23,14 @@ t = i*Wq + j (Wq - Wo junk columns per row, dropped at the end), every tap of ev
 pass acc[t] += w[k, c, r, s] * xq[offset(c, r, s) + t] with no bounds test.
 
 Register blocking (``direct_rows``). The outputs of 4 channels k0..k0+3 at 2 vectors of consecutive t (16
-float32 outputs each) are 8 accumulators that stay in CPU registers over all Cg*R*S taps (``simd``): per tap,
-two vector loads of xq and four broadcasts of w feed eight fused multiply-adds, so the loop is bound by the
-FMA units, not by loads and stores of an accumulator in memory. A CPU with 32 vector registers (AVX-512)
-takes 8 channels, 16 accumulators (``direct_kernels.BLOCK``): half the loads of x per multiply-add. A work
-item is a block of whole output rows (about ``SEGMENT`` outputs per channel) of one such channel block of one
-group and image; a group's channels left over go four, then one, at a time. Blocks round the rows' flat span up to whole vectors, so a block may read
-up to 16 elements past a plane: the planes are followed by that much zeroed room.
+float32 outputs with 256-bit registers, 32 with AVX-512's 512-bit ones, ``simd``) are 8 accumulators that stay
+in CPU registers over all Cg*R*S taps: per tap, two vector loads of xq and four broadcasts of w feed eight
+fused multiply-adds, so the loop is bound by the FMA units, not by loads and stores of an accumulator in
+memory. A CPU with 32 vector registers (AVX-512) takes 8 channels, 16 accumulators (``direct_kernels.BLOCK``):
+half the loads of x per multiply-add. A work item is a block of whole output rows (about ``SEGMENT`` outputs
+per channel) of one such channel block of one group and image; a group's channels left over go four, then
+one, at a time. Blocks round the rows' flat span up to whole register blocks, so a block may read up to one
+register block past a plane: the planes are followed by that much zeroed room.
 
 Backward-data gathers. Input position hp = h + top (padded) is read by tap r exactly when hp - r*dh is a
 multiple of sh, i = (hp - r*dh) / sh. So the input rows of row phase rho = hp % sh receive only the taps with
@@ -91,7 +92,7 @@ def rows_per_item(p: ConvParams) -> int:
 
 
 def block_outputs(itemsize: int) -> int:
-    """Outputs per channel of one register block: two vectors (16 float32, 8 float64)."""
+    """Outputs per channel of one register block: two vectors (16 float32 with 256-bit registers, 32 with 512)."""
     return 2 * REGISTER_BYTES // itemsize
 
 

@@ -8,8 +8,8 @@ from ._kernels import copy_strided, share
 from .simd import REGISTERS, fma, lanes, load, splat, store, total, zeros
 
 #: output channels of ``direct_rows``' register block: 8 (16 accumulators) where the CPU has 32 vector
-#: registers, else 4 (8 accumulators; 16 would spill). Measured on AVX-512 Zen 4, kernel alone: 8 channels ran
-#: 1.08-1.25x faster than 4 on CIFAR, ResNet-18 and stride-2 3x3 layers.
+#: registers, else 4 (8 accumulators; 16 would spill). Measured on AVX-512 Zen 4 with 256-bit vectors, kernel
+#: alone: 8 channels ran 1.08-1.25x faster than 4 on CIFAR, ResNet-18 and stride-2 3x3 layers.
 BLOCK = 8 if REGISTERS >= 32 else 4
 
 

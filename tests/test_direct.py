@@ -9,6 +9,7 @@ import convalgos
 from convalgos import ALGORITHMS, ConvParams, reference
 from convalgos.direct import data_phases, data_plane, phase_plane, rows_per_item
 from convalgos.direct_kernels import BLOCK, row_block, row_blocks
+from convalgos.simd import REGISTER_BYTES
 from convalgos.reference import normwise_error
 from layers import conv_kwargs, layers, params_of
 
@@ -198,14 +199,14 @@ def test_phase_plane_sizes():
 
 def test_flops_count_what_the_loops_do():
     """Backward-filter runs over Ho rows of Wq (junk columns included); forward over the same rows rounded up to
-    whole register blocks of 16 float32 outputs; backward-data at stride 1 over H rows of the padded dy's pitch
-    Wd with every tap, rounded up the same way."""
+    whole register blocks of T float32 outputs (two registers: 16, or 32 with AVX-512); backward-data at stride
+    1 over H rows of the padded dy's pitch Wd with every tap, rounded up the same way."""
     p = ConvParams.from_shapes((2, 6, 9, 9), (4, 3, 3, 3), groups=2, padding=1)
-    Wq = phase_plane(p)[1]
+    Wq, T = phase_plane(p)[1], 2 * REGISTER_BYTES // 4
     assert Wq == 11 and DIRECT.flops(p, "backward_filter") == 2 * 2 * 4 * 3 * (3 * 3) * 9 * Wq
-    assert DIRECT.flops(p) == 2 * 2 * 4 * 3 * (3 * 3) * 112              # 9 * 11 = 99 outputs -> 7 blocks of 16
+    assert DIRECT.flops(p) == 2 * 2 * 4 * 3 * (3 * 3) * -(-99 // T) * T      # 9 * 11 = 99 outputs per plane
     Wd = data_plane(p)[3]
-    assert DIRECT.flops(p, "backward_data") == 2 * 2 * 6 * 2 * (3 * 3) * -(-9 * Wd // 16) * 16
+    assert DIRECT.flops(p, "backward_data") == 2 * 2 * 6 * 2 * (3 * 3) * -(-9 * Wd // T) * T
     assert DIRECT.flops(p) > p.flops
 
 
