@@ -77,8 +77,9 @@ class Entry:
     reference (sampled); ``workspace``: bytes each candidate needs; ``skipped``: name -> why it was not timed,
     not eligible, or failed; ``abandoned``: name -> why its timing stopped early; ``tied``: the candidates whose medians were
     within the noise of the fastest (the choice among them is the tie-break's); ``ranked``: the candidates in
-    order of preference, where a call falls back when the choice fails; ``fresh_output``: whether the timed
-    runs allocated their output (the call had no ``out=``) or wrote into the caller's buffer;
+    order of preference, where a call falls back when the choice fails; ``fresh_output``: whether the call had
+    no ``out=`` (its timed runs then wrote into one buffer kept for the race: the call's own allocation costs
+    the same for every algorithm and is not timed) or the runs wrote into the caller's buffer;
     ``prepare_seconds`` and ``prepare_bytes``: for a ``prepared`` key, what preparing each candidate's weight
     took once (seconds, not in ``times``) and holds (bytes).
     """
@@ -131,8 +132,8 @@ class Entry:
             if len(self.tied) > 1:
                 lines.append(f"  a tie within the noise: {', '.join(self.tied)}; {self.algo} chosen by the "
                              f"tie-break (deterministic, then smaller workspace, smaller error, name)")
-            output = ("each allocating a fresh output (the call had no out=)" if self.fresh_output
-                      else "each writing into the caller's out= buffer")
+            output = ("each writing into one output kept for the race (the call allocates its own, untimed)"
+                      if self.fresh_output else "each writing into the caller's out= buffer")
             lines.append(f"  times: medians of interleaved runs less spikes, {output}")
             lines.append(f"    {'algorithm':<15}{'median ms':>11}{'runs':>6}{'spikes':>7}{'first call ms':>15}"
                          f"{'error':>10}{'workspace MiB':>15}")

@@ -9,6 +9,11 @@
    For a ``prepared`` key (eval mode: the caller prepares the weight once), a candidate that prepares has its
    weight prepared once first (seconds and bytes recorded apart, ``Entry.prepare_seconds``/``prepare_bytes``)
    and every run of it below, checked and timed, is the prepared path the caller will run.
+   Every candidate writes into one output: the caller's ``out=``, or else one buffer allocated for the race.
+   The call's own allocation costs the same whatever algorithm runs, so timing it only adds noise, and a
+   large fresh output is not even the same cost twice: measured on the articles' layer (a 67 MB output), the
+   first calls paid 25-125 ms in page faults against 11 ms once the kernel had memory at hand, which got
+   whichever candidate ran first abandoned.
 2. Each candidate runs once on the real operands as a warm-up (JIT compilation included, reported apart) and
    its result is checked against the float64 reference (``measure.ReferenceCheck``); one outside its
    tolerance is rejected, and one that raises anything at all is skipped with the error recorded.
@@ -32,6 +37,7 @@
 from __future__ import annotations
 
 from convalgos import UnsupportedError
+from convalgos.backend import array_module
 
 from .measure import ReferenceCheck, choose, median, noise, without_spikes
 from .table import Entry, Key, MiB
@@ -91,6 +97,8 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     entry = Entry(key, "", "benchmark", rule=rule, workspace=workspace, skipped=skipped, fresh_output=out is None)
     p, op = key.params, key.op
     checker = ReferenceCheck(op, device.host(a), device.host(b), p)
+    if out is None:
+        out = array_module(a).empty(p.result_shape(op), a.dtype)          # the race's output (step 1)
     calls = {}
     for name in ranked:
         algorithm, form = registry[name], []

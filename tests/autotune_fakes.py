@@ -46,7 +46,7 @@ class Fake(Algorithm):
                                                                               only_3x3, sleep)
         self.raises, self.raise_from, self.flop_count = raises, raise_from, flops
         self.pass_costs = {op: list(c) if isinstance(c, (list, tuple)) else [c] for op, c in (pass_cost or {}).items()}
-        self.calls = 0
+        self.calls, self.outputs = 0, []
 
     def constraints(self, p, op):
         if self.only_3x3 and (p.R, p.S) != (3, 3):
@@ -61,6 +61,7 @@ class Fake(Algorithm):
 
     def _compute(self, op, a, b, p, out):
         self.calls += 1
+        self.outputs.append(out)
         if self.raises is not None and self.calls > self.raise_from:
             raise self.raises
         out[...] = reference.PASS[op](a, b, p)

@@ -258,7 +258,7 @@ def test_report_shows_speedups_skips_abandons_and_what_was_timed():
     assert fresh.speedup_over("direct") == pytest.approx(4.0) and fresh.speedup_over("im2col") == pytest.approx(2.0)
     assert fresh.fresh_output and not into_out.fresh_output
     text = fresh.report()
-    assert "benchmark: fast" in text and "forward" in text and "fresh output" in text
+    assert "benchmark: fast" in text and "forward" in text and "kept for the race" in text
     assert "wino: skipped" in text and fresh.skipped["wino"] in text and "direct: abandoned" in text
     assert "out= buffer" in into_out.report()
 
@@ -268,3 +268,15 @@ def test_n_zero_gives_empty_output_without_tuning():
     t = tuner(clock, fakes(clock, a=1e-3))
     y = t.conv2d(np.zeros((0, 3, 5, 5), np.float32), np.zeros((4, 3, 3, 3), np.float32))
     assert y.shape == (0, 4, 3, 3) and t.cache_info().entries == 0
+
+
+def test_every_candidate_times_into_one_output_and_the_call_still_gets_its_own():
+    """Without out=, the race writes into one buffer allocated for it (a call's allocation is the same for every
+    algorithm, and a large fresh one costs a different amount each time); the caller gets a fresh array."""
+    clock = FakeClock()
+    algos = fakes(clock, direct=4e-3, im2col=2e-3, fast=1e-3)
+    t = tuner(clock, algos)
+    y = t.conv2d(*arrays())
+    assert algos["fast"].outputs[-1] is y                       # the call itself, after the race
+    raced = [o for a in algos.values() for o in a.outputs if o is not y]
+    assert len(raced) >= 3 * 2 and all(o is raced[0] for o in raced) and not np.shares_memory(raced[0], y)
