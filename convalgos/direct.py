@@ -69,7 +69,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads
 
-from .direct_kernels import BLOCK, direct_rows, filter_dots, split_phases, tap_table
+from .direct_kernels import BLOCK, direct_rows, filter_dots, split_phases, tap_table, used_phases
 from .params import ConvParams
 from .registry import Algorithm, register
 from .simd import REGISTER_BYTES
@@ -235,7 +235,7 @@ class Direct(Algorithm):
         taps = self.workspace.get("direct.taps", (2, p.Cg * p.R * p.S), np.int64)
         tap_table(p.R, p.S, sh, sw, dh, dw, Hq, Wq, taps)
         xq = self._planes("direct.phases", p.N, p.C, sh * sw * Hq * Wq, x.dtype)
-        split_phases(x, top, left, sh, sw, Hq, Wq, xq)
+        split_phases(x, top, left, sh, sw, Hq, Wq, xq, used_phases(p.R, p.S, sh, sw, dh, dw))
         return xq, taps
 
     def _planes(self, name: str, N: int, C: int, length: int, dtype):

@@ -21,15 +21,18 @@ def _col_range(p, left, sw, W, Wq):
 
 
 @njit(cache=True, inline="always")
-def _split_plane(src, top, left, sh, sw, Hq, Wq, dst):
+def _split_plane(src, top, left, sh, sw, Hq, Wq, used, dst):
     """dst = the phases of the plane src zero-padded: padded (ph, pw) goes to phase (ph % sh, pw % sw), at row
     ph // sh and column pw // sw of that phase's Hq x Wq block; padded positions past sh*Hq or sw*Wq are dropped.
+    Only the phases whose bit is set in ``used`` (bit b*sw + p) are written: the others are never read.
     """
     H, W = src.shape
     for b in range(sh):
         for a in range(Hq):
             i = a * sh + b - top
             for p in range(sw):
+                if not (used >> (b * sw + p)) & 1:
+                    continue
                 row = dst[((b * sw + p) * Hq + a) * Wq:((b * sw + p) * Hq + a + 1) * Wq]
                 q0, q1 = _col_range(p, left, sw, W, Wq) if 0 <= i < H else (0, 0)
                 for q in range(q0):
@@ -41,12 +44,24 @@ def _split_plane(src, top, left, sh, sw, Hq, Wq, dst):
 
 
 @njit(parallel=True, cache=True)
-def split_phases(x, top, left, sh, sw, Hq, Wq, xq):
-    """xq[n, c] = the phases of x[n, c] zero-padded (``_split_plane``); xq: (N, C, sh*sw*Hq*Wq). With
-    sh = sw = 1 this is plain zero padding into an Hq x Wq plane, x's (0, 0) at (top, left)."""
+def split_phases(x, top, left, sh, sw, Hq, Wq, xq, used=-1):
+    """xq[n, c] = the phases of x[n, c] zero-padded (``_split_plane``; ``used``: the bit mask of the phases to
+    write, all by default); xq: (N, C, sh*sw*Hq*Wq). With sh = sw = 1 this is plain zero padding into an
+    Hq x Wq plane, x's (0, 0) at (top, left)."""
     N, C = x.shape[0], x.shape[1]
     for nc in prange(N * C):
-        _split_plane(x[nc // C, nc % C], top, left, sh, sw, Hq, Wq, xq[nc // C, nc % C])
+        _split_plane(x[nc // C, nc % C], top, left, sh, sw, Hq, Wq, used, xq[nc // C, nc % C])
+
+
+@njit(cache=True)
+def used_phases(R, S, sh, sw, dh, dw):
+    """The bit mask of the phases some tap reads: bit ((r*dh) % sh) * sw + (s*dw) % sw for every tap (r, s). A
+    1x1 kernel at stride 2 reads one phase of four."""
+    used = 0
+    for r in range(R):
+        for s in range(S):
+            used |= 1 << (((r * dh) % sh) * sw + (s * dw) % sw)
+    return used
 
 
 @njit(cache=True)

@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, reference
 from convalgos.direct import data_phases, data_plane, phase_plane, rows_per_item
-from convalgos.direct_kernels import BLOCK, row_block, row_blocks
+from convalgos.direct_kernels import BLOCK, row_block, row_blocks, used_phases
 from convalgos.simd import REGISTER_BYTES
 from convalgos.reference import normwise_error
 from layers import conv_kwargs, layers, params_of
@@ -238,3 +238,13 @@ def test_every_channel_block_width_agrees_with_the_reference(w_shape, groups):
     x_shape = (2, w_shape[1] * groups, 9, 10)
     check(x_shape, w_shape, padding=1, groups=groups)
     check_backward("direct", x_shape, w_shape, padding=1, groups=groups)
+
+
+def test_only_the_phases_a_tap_reads_are_copied():
+    assert used_phases(1, 1, 2, 2, 1, 1) == 0b0001                     # 1x1 stride 2: one phase of four
+    assert used_phases(3, 3, 2, 2, 1, 1) == 0b1111
+    assert used_phases(3, 3, 2, 2, 2, 2) == 0b0001                     # dilation 2 at stride 2: even taps only
+    assert used_phases(1, 3, 1, 3, 1, 1) == 0b111 and used_phases(3, 3, 1, 1, 1, 1) == 1
+    for kw in (dict(stride=2), dict(stride=(2, 3), dilation=2, padding=1), dict(stride=2, padding=(1, 0))):
+        check((2, 4, 15, 12), (6, 4, 1, 1), **kw)
+        check_backward("direct", (2, 4, 15, 12), (6, 4, 1, 1), **kw)
