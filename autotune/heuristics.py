@@ -80,7 +80,8 @@ class Heuristics:
         if self.devices is None:
             return self.everywhere
         passes = self.devices.get(device, {})
-        return list(passes.get(f"{op} prepared") or passes.get(op, []) if prepared else passes.get(op, []))
+        measured = passes.get(f"{op} prepared") if prepared else None
+        return list(measured or passes.get(op, []))
 
     def rank(self, p: ConvParams, names, op: str = "forward", device: str = "cpu", flops=None,
              prepared: bool = False) -> tuple[list, str]:

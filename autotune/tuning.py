@@ -150,7 +150,8 @@ def _limit_and_prune(tuner, ranked: list, rule: str, key: Key, skipped: dict, ki
             skipped[name] = f"benchmark_limit={limit}: ranked {rank} by rule {rule!r}"
         ranked = ranked[:limit]
     if tuner.prune_ratio is not None:
-        for name, slowdown in tuner.heuristics.slowdowns(rule, ranked, op=key.op, device=kind, prepared=key.prepared).items():
+        slowdowns = tuner.heuristics.slowdowns(rule, ranked, op=key.op, device=kind, prepared=key.prepared)
+        for name, slowdown in slowdowns.items():
             if slowdown >= tuner.prune_ratio:
                 skipped[name] = (f"pruned: rule {rule!r} measured it {slowdown:.1f}x slower than the best of its "
                                  f"class (prune_ratio={tuner.prune_ratio})")

@@ -155,46 +155,39 @@ def _one_channel(xq, w, taps, n, c0, k, t0, stage, s0):
 
 
 @njit(cache=True)
-def channel_block(Kg, b):
-    """(first channel within the group, width) of channel block b: Kg // 4 blocks of four, then single ones."""
-    full = Kg // 4
-    return (4 * b, 4) if b < full else (4 * full + b - full, 1)
+def channel_blocks(Kg, widest):
+    """How many blocks ``channel_block`` cuts a group's Kg output channels into."""
+    rest = Kg % widest
+    return Kg // widest + (rest // 4 if widest == 8 else 0) + rest % 4
 
 
 @njit(cache=True)
-def row_blocks(Kg):
-    """How many channel blocks ``row_block`` cuts a group's Kg output channels into."""
-    wide = Kg // BLOCK
-    return wide + (Kg - BLOCK * wide) // 4 + Kg % 4 if BLOCK == 8 else Kg // 4 + Kg % 4
-
-
-@njit(cache=True)
-def row_block(Kg, b):
-    """(first channel within the group, width) of ``direct_rows``' channel block b: blocks of BLOCK channels,
-    then (BLOCK = 8) one of four where at least four are left, then single ones."""
-    wide = Kg // BLOCK
+def channel_block(Kg, b, widest):
+    """(first channel within the group, width) of channel block b: blocks of ``widest`` (4 or 8) channels,
+    then, when widest is 8, one of four where at least four are left, then single ones."""
+    wide = Kg // widest
     if b < wide:
-        return BLOCK * b, BLOCK
-    fours = (Kg - BLOCK * wide) // 4 if BLOCK == 8 else 0
+        return widest * b, widest
+    fours = (Kg - widest * wide) // 4 if widest == 8 else 0
     if b < wide + fours:
-        return BLOCK * wide, 4
-    return BLOCK * wide + 4 * fours + b - wide - fours, 1
+        return widest * wide, 4
+    return widest * wide + 4 * fours + b - wide - fours, 1
 
 
 @njit(parallel=True, cache=True)
 def direct_rows(xq, w, taps, Cg, rows, Wq, stage, out):
     """out[n, k] = sum over taps q of w[k, q] * xq[n, (k // Kg)*Cg + taps[0, q], taps[1, q] + i*Wq + j] at
     output (i, j); Cg input channels per group (taps[0] < Cg), Kg = K // groups. One item is a block of
-    ``rows`` output rows of a block of BLOCK, four or one channels of one group (``row_block``).
+    ``rows`` output rows of a block of BLOCK, four or one channels of one group (``channel_block``).
 
     Each thread owns stage[thread] (BLOCK channels): output (i, j) of channel k0 + kk is stage[kk, (i - i0)*Wq
     + j], computed in register blocks of 2L outputs (the item's rows*Wq rounded up), of which the Wo valid
-    columns of each row are copied out. So xq is read up to 2L elements past a plane's end: the caller leaves that much room after the
-    last plane. ``out`` may be a strided view (backward-data writes one phase of dx)."""
+    columns of each row are copied out. So xq is read up to 2L elements past a plane's end: the caller leaves
+    that much room after the last plane. ``out`` may be a strided view (backward-data writes one phase of dx)."""
     N, C = xq.shape[0], xq.shape[1]
     K, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
     Kg = K // (C // Cg)
-    blocks = row_blocks(Kg)
+    blocks = channel_blocks(Kg, BLOCK)
     T = 2 * lanes(stage)
     n_rows = (Ho + rows - 1) // rows
     n_items = N * (C // Cg) * blocks * n_rows
@@ -204,7 +197,7 @@ def direct_rows(xq, w, taps, Cg, rows, Wq, stage, out):
         for item in range(start, stop):
             n, rest = item // (n_items // N), item % (n_items // N)
             g, b, i0 = rest // (blocks * n_rows), (rest // n_rows) % blocks, (rest % n_rows) * rows
-            first, width = row_block(Kg, b)
+            first, width = channel_block(Kg, b, BLOCK)
             k0, c0, span = g * Kg + first, g * Cg, min(rows, Ho - i0) * Wq
             for t in range(0, span, T):
                 if BLOCK == 8 and width == 8:
@@ -290,7 +283,7 @@ def filter_dots(xq, dyq, taps, Cg, length, images, partial):
     N, C = xq.shape[0], xq.shape[1]
     n_threads, K, n_taps = partial.shape
     Kg = K // (C // Cg)
-    blocks = Kg // 4 + Kg % 4
+    blocks = channel_blocks(Kg, 4)
     runs = (N + images - 1) // images
     n_items = runs * (C // Cg) * blocks
     for thread in prange(n_threads):
@@ -300,7 +293,7 @@ def filter_dots(xq, dyq, taps, Cg, length, images, partial):
         for item in range(start, stop):
             run, g, b = item // ((C // Cg) * blocks), (item // blocks) % (C // Cg), item % blocks
             n0, n1 = run * images, min(N, (run + 1) * images)
-            first, width = channel_block(Kg, b)
+            first, width = channel_block(Kg, b, 4)
             k0, c0 = g * Kg + first, g * Cg
             whole = n_taps - n_taps % 3 if width == 4 else 0
             for q in range(0, whole, 3):

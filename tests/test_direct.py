@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, reference
 from convalgos.direct import data_phases, data_plane, phase_plane, rows_per_item
-from convalgos.direct_kernels import BLOCK, row_block, row_blocks, used_phases
+from convalgos.direct_kernels import BLOCK, channel_block, channel_blocks, used_phases
 from convalgos.simd import REGISTER_BYTES
 from convalgos.reference import normwise_error
 from layers import conv_kwargs, layers, params_of
@@ -223,13 +223,14 @@ def test_backward_data_phases_partition_the_input_and_the_taps(kw):
     assert sorted(s for _, (_, taps, _, _) in data_phases(p)[:sw] for s in taps) == list(range(4))
 
 
+@pytest.mark.parametrize("widest", [4, 8])
 @pytest.mark.parametrize("Kg", range(1, 26))
-def test_row_blocks_cover_each_channel_once_widest_first(Kg):
-    blocks = [row_block(Kg, b) for b in range(row_blocks(Kg))]
+def test_channel_blocks_cover_each_channel_once_widest_first(Kg, widest):
+    blocks = [channel_block(Kg, b, widest) for b in range(channel_blocks(Kg, widest))]
     assert sorted(c for first, width in blocks for c in range(first, first + width)) == list(range(Kg))
     widths = [width for _, width in blocks]
-    assert widths == sorted(widths, reverse=True) and set(widths) <= {BLOCK, 4, 1}
-    assert widths.count(1) < 4 and widths.count(BLOCK) == Kg // BLOCK
+    assert widths == sorted(widths, reverse=True) and set(widths) <= {widest, 4, 1}
+    assert widths.count(1) < 4 and widths.count(widest) == Kg // widest
 
 
 @pytest.mark.parametrize("w_shape, groups", [((15, 6, 3, 3), 1), ((13, 6, 3, 3), 1), ((24, 3, 3, 3), 2)])
