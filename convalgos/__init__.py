@@ -48,7 +48,7 @@ from . import reference  # noqa: E402
 from . import direct  # noqa: F401,E402  (registration, one line per algorithm)
 from . import depthwise  # noqa: F401,E402
 from . import implicit_gemm  # noqa: F401,E402
-from . import im2col, fft, fft_tiled, winograd  # noqa: F401,E402
+from . import im2col, fft, fft_tiled, winograd, winograd_fused  # noqa: F401,E402
 from .conv import conv2d, conv2d_input, conv2d_weight
 from .run import run  # run: a validated layer's pass through an algorithm (used by autotune)
 from .params import ConvParams

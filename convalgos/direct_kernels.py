@@ -76,7 +76,7 @@ def tap_table(R, S, sh, sw, dh, dw, Hq, Wq, taps):
 
 
 @njit(cache=True, inline="always")
-def _four_channels(xq, w, taps, n, c0, k0, t0, stage, s0):
+def four_channels(xq, w, taps, n, c0, k0, t0, stage, s0):
     """stage[kk, s0:s0 + 2L] = sum over taps q of w[k0 + kk, q] * xq[n, c0 + taps[0, q], taps[1, q] + t0:][:2L]
     for kk < 4 (L = lanes): a register block of 4 channels x 2 vectors of outputs, eight accumulators that stay
     in registers over every tap; per tap two loads of x and four broadcasts of w feed eight multiply-adds."""
@@ -106,8 +106,8 @@ def _four_channels(xq, w, taps, n, c0, k0, t0, stage, s0):
 
 
 @njit(cache=True, inline="always")
-def _eight_channels(xq, w, taps, n, c0, k0, t0, stage, s0):
-    """``_four_channels`` for 8 channels: sixteen accumulators (for CPUs with 32 vector registers); per tap two
+def eight_channels(xq, w, taps, n, c0, k0, t0, stage, s0):
+    """``four_channels`` for 8 channels: sixteen accumulators (for CPUs with 32 vector registers); per tap two
     loads of x and eight broadcasts of w feed sixteen multiply-adds."""
     L = lanes(stage)
     w0, w1, w2, w3 = w[k0], w[k0 + 1], w[k0 + 2], w[k0 + 3]
@@ -142,8 +142,8 @@ def _eight_channels(xq, w, taps, n, c0, k0, t0, stage, s0):
 
 
 @njit(cache=True, inline="always")
-def _one_channel(xq, w, taps, n, c0, k, t0, stage, s0):
-    """stage[0, s0:s0 + 2L] for the single channel k (``_four_channels`` for the channels left over)."""
+def one_channel(xq, w, taps, n, c0, k, t0, stage, s0):
+    """stage[0, s0:s0 + 2L] for the single channel k (``four_channels`` for the channels left over)."""
     L = lanes(stage)
     wk, a0, a1 = w[k], zeros(stage), zeros(stage)
     for q in range(w.shape[1]):
@@ -201,11 +201,11 @@ def direct_rows(xq, w, taps, Cg, rows, Wq, stage, out):
             k0, c0, span = g * Kg + first, g * Cg, min(rows, Ho - i0) * Wq
             for t in range(0, span, T):
                 if BLOCK == 8 and width == 8:
-                    _eight_channels(xq, w, taps, n, c0, k0, i0 * Wq + t, stage[thread], t)
+                    eight_channels(xq, w, taps, n, c0, k0, i0 * Wq + t, stage[thread], t)
                 elif width == 4:
-                    _four_channels(xq, w, taps, n, c0, k0, i0 * Wq + t, stage[thread], t)
+                    four_channels(xq, w, taps, n, c0, k0, i0 * Wq + t, stage[thread], t)
                 else:
-                    _one_channel(xq, w, taps, n, c0, k0, i0 * Wq + t, stage[thread], t)
+                    one_channel(xq, w, taps, n, c0, k0, i0 * Wq + t, stage[thread], t)
             for kk in range(width):
                 for i in range(span // Wq):
                     orow, srow = out[n, k0 + kk, i0 + i], stage[thread, kk, i * Wq:]

@@ -92,7 +92,7 @@ from .registry import SUPPORTED, Algorithm, Support, register, unsupported
 from .winograd_kernels import filter_transform, output_transform, shift_into, tile_transform
 
 
-def _sandwich_flops(matrix) -> int:
+def sandwich_flops(matrix) -> int:
     """FLOPs of X d X^T for one a x a array d and X (b x a): a multiply-add per nonzero of X per row or column."""
     b, a = len(matrix), len(matrix[0])
     return 2 * sum(1 for row in matrix for v in row if v != 0) * (a + b)
@@ -197,12 +197,12 @@ class Winograd(Algorithm):
         if op == "backward_filter":
             AT, G, BT = self.filter_matrices.AT, self.filter_matrices.G, self.filter_matrices.BT
             chunk_sums = (self._n_chunks(p, op) - 1) * self.alpha ** 2 * p.K * p.Cg
-            return (gemm + _sandwich_flops(BT) * p.C * P + _sandwich_flops(G) * p.K * P
-                    + _sandwich_flops(AT) * p.K * p.Cg + chunk_sums)
+            return (gemm + sandwich_flops(BT) * p.C * P + sandwich_flops(G) * p.K * P
+                    + sandwich_flops(AT) * p.K * p.Cg + chunk_sums)
         n_in, n_out = (p.C, p.K) if op == "forward" else (p.K, p.C)
         mats = self.matrices
-        return (gemm + _sandwich_flops(mats.BT) * n_in * P + _sandwich_flops(mats.AT) * n_out * P
-                + _sandwich_flops(mats.G) * p.K * p.Cg)
+        return (gemm + sandwich_flops(mats.BT) * n_in * P + sandwich_flops(mats.AT) * n_out * P
+                + sandwich_flops(mats.G) * p.K * p.Cg)
 
     def tolerance_of(self, op: str, dtype: str) -> float:
         return self.tolerances[op][dtype]
@@ -306,7 +306,7 @@ class Winograd(Algorithm):
 # Tolerances keep a margin of 3x or more, far below what a wrong tile or matrix gives (order 1). float64 maxima on
 # the same layers: 1.5e-15 (m = 2), 2.3e-14 (m = 4), 3.1e-14 (m = 6), every pass. float16 is computed in float32
 # and rounded (2^-11 relative), in every pass.
-_TOLERANCES = {
+TOLERANCES = {
     2: {"forward": {"float16": 2e-3, "float32": 1e-5, "float64": 1e-13},
         "backward_data": {"float16": 2e-3, "float32": 5e-6, "float64": 1e-13},
         "backward_filter": {"float16": 2e-3, "float32": 5e-6, "float64": 1e-13}},
@@ -317,6 +317,6 @@ _TOLERANCES = {
         "backward_data": {"float16": 3e-3, "float32": 1e-4, "float64": 1e-12},
         "backward_filter": {"float16": 3e-3, "float32": 1e-4, "float64": 1e-12}},
 }
-WINOGRAD_2X2 = register(Winograd(2, _TOLERANCES[2]))
-WINOGRAD_4X4 = register(Winograd(4, _TOLERANCES[4]))
-WINOGRAD_6X6 = register(Winograd(6, _TOLERANCES[6]))
+WINOGRAD_2X2 = register(Winograd(2, TOLERANCES[2]))
+WINOGRAD_4X4 = register(Winograd(4, TOLERANCES[4]))
+WINOGRAD_6X6 = register(Winograd(6, TOLERANCES[6]))

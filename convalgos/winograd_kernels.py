@@ -20,6 +20,8 @@ import numpy as np
 from numba import njit, prange
 
 from ._kernels import share, valid_range
+from .direct_kernels import BLOCK, channel_block, channel_blocks, eight_channels, four_channels, one_channel
+from .simd import fma, lanes, load, splat, store, zeros
 
 
 @njit(cache=True)
@@ -186,3 +188,102 @@ def output_transform(M, AT, q0, tiles_w, rows_per_block, n_threads, out):
                         src = Y[i, j, q * tiles_w:(q + 1) * tiles_w]
                         for tx in range(dst.shape[0]):
                             dst[tx] = src[tx]
+
+
+@njit(cache=True, inline="always")
+def _sandwich_block(X, D, T, out, row):
+    """out[i*b + j, row, :2L] = (X D[:, :, t] X^T)[i, j] for the 2L arrays t of one block (L = lanes), held in
+    vector registers: ``_sandwich`` with the batch axis two registers long and no loop over it.
+
+    X: (b, a); D, T: (a, a, 2L) (T: scratch); out: (b*b, rows, 2L). Zeros of X are skipped."""
+    b, a = X.shape
+    L = lanes(T[0, 0])
+    for i in range(b):                                   # T = X D
+        weights = X[i]
+        for l in range(a):
+            t0, t1 = zeros(T[0, 0]), zeros(T[0, 0])
+            for k in range(a):
+                if weights[k] != 0.0:
+                    u = splat(weights, k)
+                    t0, t1 = fma(u, load(D[k, l], 0), t0), fma(u, load(D[k, l], L), t1)
+            store(T[i, l], 0, t0)
+            store(T[i, l], L, t1)
+    for i in range(b):                                   # out = T X^T
+        for j in range(b):
+            weights, o0, o1 = X[j], zeros(T[0, 0]), zeros(T[0, 0])
+            for l in range(a):
+                if weights[l] != 0.0:
+                    u = splat(weights, l)
+                    o0, o1 = fma(u, load(T[i, l], 0), o0), fma(u, load(T[i, l], L), o1)
+            store(out[i * b + j, row], 0, o0)
+            store(out[i * b + j, row], L, o1)
+
+
+@njit(parallel=True, cache=True)
+def fused_correlate(pad, U, BT, AT, m, tiles_h, tiles_w, taps, V, M, D, T, Y, out):
+    """out = the 3x3 correlation (stride 1) of pad with the filters whose transforms are U, one block of TB
+    tiles at a time, every step of a block in the thread's own scratch (``winograd_fused``):
+
+        V[xi, c, t] = (B^T d[c, t] B)[xi]                  input transform of the block's tiles, every channel
+        M[k, xi, t] = sum_c U[xi, g, k, c] V[xi, c, t]     alpha^2 products: direct's register blocks
+        out tile t of channel k = A^T M[k, :, t] A          output transform, cropped to out
+
+    pad: (N, Cin, Hpad, Wpad) contiguous; U: (alpha^2, groups, Kout_g, Cin_g); out: (N, Kout, Ho, Wo)
+    contiguous. Tiles are numbered n-major over the tiles_h x tiles_w grid of each image; tile t of a block is
+    lane t of every vector. taps: (2, Cin_g), taps[0] = 0..Cin_g-1 and taps[1] = 0, the products' tap table.
+    Scratch per thread: V (alpha^2, Cin_g, TB), M (Kout_g, alpha^2, TB), D and T (alpha, alpha, TB), Y (m^2, 1, TB).
+    One item is one group and one block of TB tiles."""
+    N, Cin, Hpad, Wpad = pad.shape
+    a2, groups, Kg, Cg = U.shape
+    a = AT.shape[1]
+    Kout, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
+    n_threads, TB = V.shape[0], V.shape[3]
+    per_image = tiles_h * tiles_w
+    P = N * per_image
+    n_blocks = (P + TB - 1) // TB
+    blocks = channel_blocks(Kg, BLOCK)
+    source, target = pad.reshape(-1), out.reshape(-1)
+    for thread in prange(n_threads):
+        d, tt, y = D[thread], T[thread], Y[thread]
+        vq, mk = V[thread].reshape(1, a2 * Cg, TB), M[thread].reshape(Kg, a2 * TB)
+        base, obase = np.zeros(TB, np.int64), np.zeros(TB, np.int64)
+        rows, cols = np.zeros(TB, np.int64), np.zeros(TB, np.int64)
+        start, stop = share(groups * n_blocks, thread, n_threads)
+        for item in range(start, stop):
+            g, p0 = item // n_blocks, (item % n_blocks) * TB
+            count = min(TB, P - p0)
+            for t in range(TB):                   # a block's missing tiles repeat its tiles: read, never written
+                tile = p0 + t % count
+                n, ty, tx = tile // per_image, (tile // tiles_w) % tiles_h, tile % tiles_w
+                base[t] = ((n * Cin + g * Cg) * Hpad + ty * m) * Wpad + tx * m
+                obase[t] = ((n * Kout + g * Kg) * Ho + ty * m) * Wo + tx * m
+                rows[t], cols[t] = min(m, Ho - ty * m), min(m, Wo - tx * m)
+            whole = rows.min() == m and cols.min() == m
+            for c in range(Cg):                                   # input transform
+                for k in range(a):
+                    for l in range(a):
+                        into, at = d[k, l], c * Hpad * Wpad + k * Wpad + l
+                        for t in range(TB):
+                            into[t] = source[base[t] + at]
+                _sandwich_block(BT, d, tt, V[thread], c)
+            for xi in range(a2):                                  # the products
+                for b in range(blocks):
+                    first, width = channel_block(Kg, b, BLOCK)
+                    if BLOCK == 8 and width == 8:
+                        eight_channels(vq, U[xi, g], taps, 0, xi * Cg, first, 0, mk[first:], xi * TB)
+                    elif width == 4:
+                        four_channels(vq, U[xi, g], taps, 0, xi * Cg, first, 0, mk[first:], xi * TB)
+                    else:
+                        one_channel(vq, U[xi, g], taps, 0, xi * Cg, first, 0, mk[first:], xi * TB)
+            for k in range(Kg):                                   # output transform
+                _sandwich_block(AT, M[thread, k].reshape(a, a, TB), tt, y, 0)
+                for i in range(m):
+                    for j in range(m):
+                        value, at = y[i * m + j, 0], k * Ho * Wo + i * Wo + j
+                        if whole:                         # every tile of the block inside the output
+                            for t in range(count):
+                                target[obase[t] + at] = value[t]
+                        else:
+                            for t in range(count):
+                                if i < rows[t] and j < cols[t]:
+                                    target[obase[t] + at] = value[t]

@@ -11,7 +11,7 @@ from convalgos import ALGORITHMS, PASSES, ConvParams, UnsupportedError, referenc
 from convalgos.reference import normwise_error
 from layers import layers, make_arrays, params_of
 
-PREPARING = ["winograd_2x2", "winograd_4x4", "winograd_6x6", "fft", "fft_tiled"]
+PREPARING = ["winograd_2x2", "winograd_4x4", "winograd_6x6", "winograd_fused_4x4", "fft", "fft_tiled"]
 WEIGHT_PASSES = ["forward", "backward_data"]
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

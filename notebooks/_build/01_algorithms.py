@@ -120,7 +120,7 @@ for name, reason in refused.items():
 from convalgos import direct_kernels
 show_doc(direct)
 print()
-print(inspect.getsource(direct_kernels._four_channels.py_func))
+print(inspect.getsource(direct_kernels.four_channels.py_func))
 
 # %% [markdown]
 # ## depthwise and implicit GEMM: the direct sum, specialised
@@ -231,6 +231,44 @@ medians = [np.median(errors[n]) for n in ("winograd_2x2", "winograd_4x4", "winog
 growing = all(a < b for a, b in zip(medians, medians[1:]))
 print("\nthe error grows with the tile (2x2 < 4x4 < 6x6):", growing,
       f"| 6x6 against direct: {medians[-1] / np.median(errors['direct']):.0f}x the error")
+
+# %% [markdown]
+# ### Fused or not: where the transformed tiles live
+#
+# `winograd_4x4` runs each step over the whole image (cuDNN's WINOGRAD_NONFUSED): all tiles' transforms V
+# go to memory, then alpha² GEMMs, then the output transform. `winograd_fused_4x4` does the same maths one block
+# of tiles at a time (cuDNN's fused WINOGRAD, NNPACK's block strategy): V and M stay in the cache, but every
+# block reads all of U again. Which wins depends on the layer: the bytes each one moves, computed here, say
+# why. Both are timed on prepared weights (no filter transform), in interleaved rounds.
+
+# %%
+fused, plain = ALGORITHMS["winograd_fused_4x4"], ALGORITHMS["winograd_4x4"]
+print(f"block: {fused.block_tiles(ConvParams.from_shapes((1, 1, 4, 4), (1, 1, 3, 3)))} tiles (float32)")
+for shape in [((1, 64, 112, 112), (64, 64, 3, 3)), ((1, 512, 14, 14), (512, 512, 3, 3))]:
+    pf = ConvParams.from_shapes(*shape, padding=1)
+    xf = rng.standard_normal(pf.in_shape, dtype=np.float32)
+    wf = rng.standard_normal(pf.weight_shape, dtype=np.float32) / np.sqrt(9 * pf.C)
+    forms = {a.name: a.prepare(wf, pf) for a in (fused, plain)}
+    samples = measure.interleaved({a.name: (lambda a=a: convalgos.run(a, "forward", xf, None, pf,
+                                                                      prepared=forms[a.name]))
+                                   for a in (fused, plain)}, rounds=7)
+    t = {n: measure.median(s) for n, s in samples.items()}
+    blocks = fused.computed_tiles(pf, "forward") // fused.block_tiles(pf)
+    u_mb = forms[fused.name].nbytes / 2**20
+    vm_mb = 36 * (pf.C + pf.K) * pf.N * -(-pf.H // 4) * -(-pf.W // 4) * 4 / 2**20
+    winner = min(t, key=t.get)
+    print(f"{pf}: fused {t[fused.name] * 1e3:.2f} ms, non-fused {t[plain.name] * 1e3:.2f} ms -> {winner}")
+    predicted = fused.name if u_mb * blocks < vm_mb else plain.name
+    print(f"   fused re-reads U ({u_mb:.1f} MB) for each of {blocks} blocks: {u_mb * blocks:.0f} MB; "
+          f"non-fused writes and reads V and M once: {vm_mb:.0f} MB")
+    print(f"   fewer bytes moved: {predicted}; the measurement {'agrees' if predicted == winner else 'disagrees'}")
+
+# %% [markdown]
+# On the wide plane the non-fused pass streams V and M (tens of MB) through memory while the fused pass keeps
+# them in cache and re-reads a small U; on the deep layer U is large and there are few tiles, so re-reading it
+# per block costs more than the non-fused pass's one big GEMM per point. When the measurement above disagrees
+# (a noisy machine, a cache size that changes the balance), the tuner still picks per layer from its own
+# timings: that is the point of benchmark mode.
 
 # %% [markdown]
 # ## FFT's crossover with kernel size

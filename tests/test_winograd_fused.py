@@ -1,0 +1,82 @@
+"""winograd_fused_4x4: F(4x4, 3x3) one block of tiles at a time. It agrees with the float64 reference on the
+forward and backward-data passes (blocks that straddle tile rows and images, a last partial block, groups,
+padding that crops), has no backward-filter pass, and counts its products as done: 36 per tile and (k, c)."""
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+import convalgos
+from convalgos import ALGORITHMS, ConvParams, reference
+from convalgos.reference import normwise_error
+from convalgos.simd import REGISTER_BYTES
+from layers import layers
+
+FUSED = ALGORITHMS["winograd_fused_4x4"]
+PASSES = ["forward", "backward_data"]
+
+
+def operands(p, op, seed=0):
+    rng = np.random.default_rng(seed)
+    x, w, dy = (rng.standard_normal(shape).astype(p.compute_dtype)
+                for shape in (p.in_shape, p.weight_shape, p.out_shape))
+    return (x, w) if op == "forward" else (dy, w)
+
+
+def error(p, op, seed=0):
+    a, b = operands(p, op, seed)
+    got = convalgos.run(FUSED, op, a, b, p)
+    return normwise_error(got, reference.PASS[op](a, b, p))
+
+
+@pytest.mark.parametrize("op", PASSES)
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(layer=layers(kernel=(3, 3), stride=(1, 1), dilation=(1, 1), max_hw=14))
+def test_random_3x3_layers_both_passes(op, dtype, layer):
+    p = ConvParams.from_shapes(layer["x_shape"], layer["w_shape"], padding=layer["padding"],
+                               groups=layer["groups"], dtype=dtype)
+    assert error(p, op) <= FUSED.tolerance_of(op, dtype)
+
+
+@pytest.mark.parametrize("op", PASSES)
+@pytest.mark.parametrize("shape, padding, groups", [
+    (((5, 8, 12, 12), (16, 8, 3, 3)), 1, 1),        # 9 tiles an image: blocks straddle images
+    (((1, 12, 30, 22), (12, 6, 3, 3)), 1, 2),       # blocks straddle tile rows; partial tiles at both edges
+    (((2, 16, 4, 4), (24, 16, 3, 3)), 1, 1),        # one partial block; 8, 8, 4, 4-wide... channel blocks
+    (((3, 9, 11, 9), (13, 9, 3, 3)), ((3, 0), (0, 4)), 1),   # padding over 2 crops dy in backward-data
+])
+def test_blocks_channels_and_edges(op, shape, padding, groups):
+    p = ConvParams.from_shapes(*shape, padding=padding, groups=groups)
+    assert error(p, op) <= FUSED.tolerance_of(op, "float32")
+
+
+def test_agrees_with_the_non_fused_pass_of_the_same_maths():
+    """Same tiles, same transforms: only the order of the channel sums differs."""
+    p = ConvParams.from_shapes((2, 32, 20, 20), (32, 32, 3, 3), padding=1)
+    x, w = operands(p, "forward")
+    fused = convalgos.run(FUSED, "forward", x, w, p)
+    plain = convalgos.run(ALGORITHMS["winograd_4x4"], "forward", x, w, p)
+    assert normwise_error(fused, plain) < 1e-5
+
+
+def test_no_backward_filter_and_the_usual_3x3_limits():
+    p = ConvParams.from_shapes((1, 4, 8, 8), (4, 4, 3, 3), padding=1)
+    assert not FUSED.implements("backward_filter")
+    assert "no backward_filter pass" in FUSED.supports(p, "backward_filter").reason
+    strided = ConvParams.from_shapes((1, 4, 8, 8), (4, 4, 3, 3), padding=1, stride=2)
+    assert "stride 1, got (2, 2)" in FUSED.supports(strided, "forward").reason
+    five = ConvParams.from_shapes((1, 4, 8, 8), (4, 4, 5, 5), padding=2)
+    assert "3x3 kernel, got 5x5" in FUSED.supports(five, "backward_data").reason
+
+
+@pytest.mark.parametrize("op", PASSES)
+def test_flops_count_36_products_per_tile_over_whole_blocks(op):
+    """4x fewer products than direct's 9 per output when tiles and blocks are whole, plus the transforms (a
+    small extra on a deep layer); a last partial block is counted whole."""
+    block = 2 * REGISTER_BYTES // 4
+    p = ConvParams.from_shapes((block // 4, 256, 8, 8), (256, 256, 3, 3), padding=1)    # 4 tiles an image
+    products = 2 * 36 * p.K * p.Cg * p.N * 4
+    assert products * 4 == p.flops
+    assert products < FUSED.flops(p, op) < 1.2 * products
+    one_more = ConvParams.from_shapes((block // 4 + 1, 256, 8, 8), (256, 256, 3, 3), padding=1)
+    assert FUSED.flops(one_more, op) == 2 * FUSED.flops(p, op) - FUSED.flops(p.with_batch(0), op)
