@@ -191,32 +191,36 @@ def output_transform(M, AT, q0, tiles_w, rows_per_block, n_threads, out):
 
 
 @njit(cache=True, inline="always")
-def _sandwich_block(X, D, T, out, row):
-    """out[i*b + j, row, :2L] = (X D[:, :, t] X^T)[i, j] for the 2L arrays t of one block (L = lanes), held in
-    vector registers: ``_sandwich`` with the batch axis two registers long and no loop over it.
+def _mix6(w, v0, v1, v2, v3, v4, v5):
+    """w[0] v0 + w[1] v1 + ... + w[5] v5: one row w of a six-column matrix applied to six vectors."""
+    acc = fma(splat(w, 0), v0, zeros(w))
+    acc = fma(splat(w, 1), v1, acc)
+    acc = fma(splat(w, 2), v2, acc)
+    acc = fma(splat(w, 3), v3, acc)
+    acc = fma(splat(w, 4), v4, acc)
+    return fma(splat(w, 5), v5, acc)
 
-    X: (b, a); D, T: (a, a, 2L) (T: scratch); out: (b*b, rows, 2L). Zeros of X are skipped."""
-    b, a = X.shape
-    L = lanes(T[0, 0])
-    for i in range(b):                                   # T = X D
-        weights = X[i]
-        for l in range(a):
-            t0, t1 = zeros(T[0, 0]), zeros(T[0, 0])
-            for k in range(a):
-                if weights[k] != 0.0:
-                    u = splat(weights, k)
-                    t0, t1 = fma(u, load(D[k, l], 0), t0), fma(u, load(D[k, l], L), t1)
-            store(T[i, l], 0, t0)
-            store(T[i, l], L, t1)
-    for i in range(b):                                   # out = T X^T
-        for j in range(b):
-            weights, o0, o1 = X[j], zeros(T[0, 0]), zeros(T[0, 0])
-            for l in range(a):
-                if weights[l] != 0.0:
-                    u = splat(weights, l)
-                    o0, o1 = fma(u, load(T[i, l], 0), o0), fma(u, load(T[i, l], L), o1)
-            store(out[i * b + j, row], 0, o0)
-            store(out[i * b + j, row], L, o1)
+
+@njit(cache=True, inline="always")
+def _sandwich_block(X, D, T, out, row):
+    """out[i*b + j, row, :2L] = (X D[:, :, t] X^T)[i, j] for the 2L arrays t of one block (L = lanes): the
+    batch axis is two vector registers long, and each step applies a row of X to six vectors held in registers
+    (``_mix6``), so the steps of different rows are independent and overlap in the CPU (X: (b, 6)).
+
+    D, T: (6, 6, 2L) (T: scratch); out: (b*b, rows, 2L)."""
+    b, L = X.shape[0], lanes(T[0, 0])
+    for l in range(6):                                   # T = X D, column by column
+        for h in range(0, 2 * L, L):
+            v0, v1, v2 = load(D[0, l], h), load(D[1, l], h), load(D[2, l], h)
+            v3, v4, v5 = load(D[3, l], h), load(D[4, l], h), load(D[5, l], h)
+            for i in range(b):
+                store(T[i, l], h, _mix6(X[i], v0, v1, v2, v3, v4, v5))
+    for i in range(b):                                   # out = T X^T, row by row
+        for h in range(0, 2 * L, L):
+            v0, v1, v2 = load(T[i, 0], h), load(T[i, 1], h), load(T[i, 2], h)
+            v3, v4, v5 = load(T[i, 3], h), load(T[i, 4], h), load(T[i, 5], h)
+            for j in range(b):
+                store(out[i * b + j, row], h, _mix6(X[j], v0, v1, v2, v3, v4, v5))
 
 
 @njit(parallel=True, cache=True)
