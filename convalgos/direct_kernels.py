@@ -20,37 +20,37 @@ def _col_range(p, left, sw, W, Wq):
     return q0, max(q0, min(Wq, (W - 1 + left - p) // sw + 1))
 
 
-@njit(cache=True, inline="always")
-def _split_plane(src, top, left, sh, sw, Hq, Wq, used, dst):
-    """dst = the phases of the plane src zero-padded: padded (ph, pw) goes to phase (ph % sh, pw % sw), at row
-    ph // sh and column pw // sw of that phase's Hq x Wq block; padded positions past sh*Hq or sw*Wq are dropped.
-    Only the phases whose bit is set in ``used`` (bit b*sw + p) are written: the others are never read.
-    """
-    H, W = src.shape
-    for b in range(sh):
-        for a in range(Hq):
-            i = a * sh + b - top
-            for p in range(sw):
-                if not (used >> (b * sw + p)) & 1:
-                    continue
-                row = dst[((b * sw + p) * Hq + a) * Wq:((b * sw + p) * Hq + a + 1) * Wq]
-                q0, q1 = _col_range(p, left, sw, W, Wq) if 0 <= i < H else (0, 0)
-                for q in range(q0):
-                    row[q] = 0.0
-                if q1 > q0:
-                    copy_strided(row[q0:q1], src[i, q0 * sw + p - left:], sw)
-                for q in range(q1, Wq):
-                    row[q] = 0.0
-
-
 @njit(parallel=True, cache=True)
 def split_phases(x, top, left, sh, sw, Hq, Wq, xq, used=-1):
-    """xq[n, c] = the phases of x[n, c] zero-padded (``_split_plane``; ``used``: the bit mask of the phases to
-    write, all by default); xq: (N, C, sh*sw*Hq*Wq). With sh = sw = 1 this is plain zero padding into an
-    Hq x Wq plane, x's (0, 0) at (top, left)."""
-    N, C = x.shape[0], x.shape[1]
+    """xq[n, c] = the phases of x[n, c] zero-padded; xq: (N, C, sh*sw*Hq*Wq). Padded (ph, pw) goes to phase
+    (ph % sh, pw % sw), at row ph // sh and column pw // sw of that phase's Hq x Wq block; padded positions
+    past sh*Hq or sw*Wq are dropped. Only the phases whose bit is set in ``used`` (bit b*sw + p; all by
+    default) are written: the others are never read. With sh = sw = 1 this is plain zero padding into an
+    Hq x Wq plane, x's (0, 0) at (top, left).
+
+    Each row is copied between two slices that start at their first element (written as row[q] = line[q], the
+    copy vectorises; indexed at an offset, row[q0 + q], it did not: measured 3-5x slower on 8-56 px planes)."""
+    N, C, H, W = x.shape
     for nc in prange(N * C):
-        _split_plane(x[nc // C, nc % C], top, left, sh, sw, Hq, Wq, used, xq[nc // C, nc % C])
+        n, c = nc // C, nc % C
+        planes = xq[n, c]
+        for p in range(sw):
+            q0, q1 = _col_range(p, left, sw, W, Wq)        # the same columns on every row of the phase
+            for b in range(sh):
+                if not (used >> (b * sw + p)) & 1:
+                    continue
+                first = (b * sw + p) * Hq
+                for a in range(Hq):
+                    row, i = planes[(first + a) * Wq:(first + a + 1) * Wq], a * sh + b - top
+                    if 0 <= i < H and q1 > q0:
+                        for q in range(q0):
+                            row[q] = 0.0
+                        copy_strided(row[q0:q1], x[n, c, i, q0 * sw + p - left:], sw)
+                        for q in range(q1, Wq):
+                            row[q] = 0.0
+                    else:
+                        for q in range(Wq):
+                            row[q] = 0.0
 
 
 @njit(cache=True)
