@@ -54,6 +54,8 @@ class FusedWinograd(Algorithm):
 
     def __init__(self, m: int, tolerances: dict[str, dict[str, float]]):
         super().__init__()
+        if m != 4:
+            raise ValueError(f"the fused kernel is written for F(4x4, 3x3) (alpha = 6), got m={m}")
         self.m, self.alpha = m, m + 2
         self.name = f"winograd_fused_{m}x{m}"
         self.tolerances, self.tolerance = tolerances, tolerances["forward"]

@@ -44,6 +44,8 @@ def test_random_3x3_layers_both_passes(op, dtype, layer):
     (((1, 12, 30, 22), (12, 6, 3, 3)), 1, 2),       # blocks straddle tile rows; partial tiles at both edges
     (((2, 16, 4, 4), (24, 16, 3, 3)), 1, 1),        # one partial block; 8, 8, 4, 4-wide... channel blocks
     (((3, 9, 11, 9), (13, 9, 3, 3)), ((3, 0), (0, 4)), 1),   # padding over 2 crops dy in backward-data
+    (((1, 3, 9, 262), (5, 3, 3, 3)), 1, 1),         # 66 tiles a row: whole blocks inside one row (stride-4 reads)
+    (((1, 40, 6, 6), (40, 40, 3, 3)), 1, 1),        # one block: the channel blocks split over parts (threads)
 ])
 def test_blocks_channels_and_edges(op, shape, padding, groups):
     p = ConvParams.from_shapes(*shape, padding=padding, groups=groups)
