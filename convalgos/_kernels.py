@@ -12,14 +12,10 @@ def share(n_items, thread, n_threads):
 
 @njit(cache=True, inline="always")
 def copy_strided(dst, src, step):
-    """dst[q] = src[q * step]; steps 1 and 2 are loops of their own, with the step a constant, so that the
-    compiler vectorises them (step 2: two vector loads and a shuffle per vector of dst)."""
+    """dst[q] = src[q * step]; step 1 is its own loop, so that copy is contiguous and vectorises."""
     if step == 1:
         for q in range(dst.size):
             dst[q] = src[q]
-    elif step == 2:
-        for q in range(dst.size):
-            dst[q] = src[2 * q]
     else:
         for q in range(dst.size):
             dst[q] = src[q * step]
