@@ -22,14 +22,15 @@ where the non-fused GEMMs read it once per call. With C = K = 512, U is 37 MB, r
 on deep layers with small planes the non-fused pass wins; on wide planes with C, K <= 128 the fused one.
 
 Backward-data is the forward pass over dx's tiles with the flipped filters and K, C swapped (see
-convalgos.winograd); its U is prepared as (alpha^2, groups, Cg, Kg), so the products read rows of it.
+convalgos.winograd); it reads U of the flipped filters transposed, a view (the products broadcast U one
+element at a time, so its layout costs nothing there).
 Backward-filter has no fused form here, as in cuDNN (its fused BWD_FILTER_ALGO_WINOGRAD is not implemented):
 "winograd_4x4" computes it.
 
 FLOPs (``flops``): alpha^2 products per tile and (k, c) pair, 36 against direct's 144 (4x fewer), over P
 rounded up to whole blocks, plus the transforms as in convalgos.winograd (X d X^T costs 2 nnz(X) (a + b)).
-Workspace (``workspace_bytes``): the padded input, U (and, for backward-data's plain call, U before its
-transpose) and per thread V (alpha^2 Cg TB), M (Kg alpha^2 TB) and three alpha^2 TB arrays.
+Workspace (``workspace_bytes``): the padded input, U, and per thread V (alpha^2 Cg TB), M (Kg alpha^2 TB)
+and three alpha^2 TB arrays.
 Constraints: a 3x3 kernel, stride 1, dilation 1 (any padding, any groups). Accuracy: as winograd_4x4's.
 """
 from __future__ import annotations
@@ -91,7 +92,7 @@ class FusedWinograd(Algorithm):
         n_in, _, in_g, out_g = self._channels(p, op)
         a2, TB = self.alpha ** 2, self.block_tiles(p)
         padded = p.N * n_in * (tiles_h * self.m + 2) * (tiles_w * self.m + 2)
-        filters = a2 * p.K * p.Cg * (1 if op == "forward" else 2)
+        filters = a2 * p.K * p.Cg
         scratch = get_num_threads() * a2 * TB * (in_g + out_g + 3)
         return (padded + filters + scratch) * p.itemsize + 2 * in_g * 8
 
@@ -106,8 +107,7 @@ class FusedWinograd(Algorithm):
 
     # ---- prepared weights ----------------------------------------------------------------------------------
     def prepare_weight(self, w, p: ConvParams, op: str):
-        """U as the products read it: forward (alpha^2, groups, Kg, Cg); backward-data the flipped filters'
-        with K and C swapped, (alpha^2, groups, Cg, Kg)."""
+        """U (alpha^2, groups, Kg, Cg) of the filters, or of backward-data's flipped ones."""
         return self._transformed_filters(w, p, op, fresh=True)
 
     def prepare_bytes(self, p: ConvParams, op: str = "forward") -> int:
@@ -122,26 +122,20 @@ class FusedWinograd(Algorithm):
     def backward_data(self, dy, w, p: ConvParams, out, prepared=None) -> None:
         U = self._transformed_filters(w, p, "backward_data") if prepared is None else prepared
         (top, _), (left, _) = p.padding
-        self._correlate(dy, 2 - top, 2 - left, U, p, "backward_data", out)
+        self._correlate(dy, 2 - top, 2 - left, U.transpose(0, 1, 3, 2), p, "backward_data", out)
 
     # ---- the steps they share ------------------------------------------------------------------------------
     def _transformed_filters(self, w, p: ConvParams, op: str, fresh: bool = False):
-        """U in the products' layout (``prepare_weight``): G w G^T per filter, with G J (columns reversed) for
-        backward-data's flipped filters; into a fresh array with ``fresh``, else a kept workspace buffer."""
+        """U (alpha^2, groups, Kg, Cg): G w G^T per filter (G J, columns reversed, for backward-data's flipped
+        filters); into a fresh array with ``fresh``, else a kept workspace buffer. Backward-data reads it
+        transposed, (alpha^2, groups, Cg, Kg), as a view: its products broadcast U one element at a time, and
+        a transposed copy (U is 4x the weight) cost 5x the transform itself on C = K = 512."""
         a, dtype = self.alpha, w.dtype
         G = self._float[dtype][1] if op == "forward" else np.ascontiguousarray(self._float[dtype][1][:, ::-1])
         shape = (a, a, p.K * p.Cg)
-        by_filter = (np.empty(shape, dtype) if fresh and op == "forward"
-                     else self.workspace.get("U_filters", shape, dtype))
-        filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, self.filter_block, get_num_threads(),
-                         by_filter.transpose(2, 0, 1))
-        U = by_filter.reshape(a * a, p.groups, p.Kg, p.Cg)
-        if op == "forward":
-            return U
-        shape = (a * a, p.groups, p.Cg, p.Kg)
-        flipped = np.empty(shape, dtype) if fresh else self.workspace.get("U", shape, dtype)
-        flipped[...] = U.transpose(0, 1, 3, 2)
-        return flipped
+        U = np.empty(shape, dtype) if fresh else self.workspace.get("U", shape, dtype)
+        filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, self.filter_block, get_num_threads(), U.transpose(2, 0, 1))
+        return U.reshape(a * a, p.groups, p.Kg, p.Cg)
 
     def _correlate(self, src, top, left, U, p: ConvParams, op: str, out) -> None:
         """out = the 3x3 correlation (stride 1) of src placed at (top, left) inside zeros with the filters whose
@@ -158,7 +152,7 @@ class FusedWinograd(Algorithm):
         scratch = {name: self.workspace.get(name, (n_threads,) + shape, src.dtype)
                    for name, shape in (("V", (a2, in_g, TB)), ("M", (out_g, a2, TB)), ("D", (a, a, TB)),
                                        ("T", (a, a, TB)), ("Y", (self.m ** 2, 1, TB)))}
-        fused_correlate(pad, U.reshape(a2, p.groups, out_g, in_g), BT, AT, self.m, tiles_h, tiles_w, taps,
+        fused_correlate(pad, U, BT, AT, self.m, tiles_h, tiles_w, taps,
                         scratch["V"], scratch["M"], scratch["D"], scratch["T"], scratch["Y"], out)
 
 
