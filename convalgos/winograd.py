@@ -89,7 +89,7 @@ from numba import get_num_threads
 from .cooktoom import cook_toom
 from .params import ConvParams
 from .registry import SUPPORTED, Algorithm, Support, register, unsupported
-from .winograd_kernels import filter_transform, output_transform, shift_into, tile_transform
+from .winograd_kernels import block_transform, filter_transform, output_transform, shift_into, tile_transform
 
 
 def sandwich_flops(matrix) -> int:
@@ -233,7 +233,7 @@ class Winograd(Algorithm):
         a, a2, m = self.alpha, self.alpha ** 2, self.m
         AT, G, BT = self._float[x.dtype]["backward_filter"]
         tiles_h, tiles_w = self._tiles(p, "backward_filter")
-        n_threads, block_rows = get_num_threads(), max(1, self.tiles_per_block // tiles_w)
+        n_threads = get_num_threads()
         (top, _), (left, _) = p.padding
         xpad = self.workspace.get("pad", (p.N, p.C) + self._padded_hw(p, "backward_filter"), x.dtype)
         shift_into(x, top, left, xpad)
@@ -243,8 +243,8 @@ class Winograd(Algorithm):
             shift_into(dy, 0, 0, dy_tiles)
         S = self.workspace.get("S", (a2, p.groups, p.Kg, p.Cg), x.dtype)
         for q0, P, X, D in self._chunks(p, "backward_filter", p.C, p.K, x.dtype):
-            tile_transform(xpad, BT, m, q0, tiles_w, block_rows, n_threads, X)
-            tile_transform(dy_tiles, G, m, q0, tiles_w, block_rows, n_threads, D)
+            self._transform_tiles(xpad, BT, q0, tiles_w, X)
+            self._transform_tiles(dy_tiles, G, q0, tiles_w, D)
             product = S if q0 == 0 else self.workspace.get("S_chunk", S.shape, x.dtype)
             np.matmul(D.reshape(a2, p.groups, p.Kg, P), X.reshape(a2, p.groups, p.Cg, P).transpose(0, 1, 3, 2),
                       out=product)
@@ -277,6 +277,15 @@ class Winograd(Algorithm):
             yield (q0, P, buffer[:a * a * first * P].reshape(a, a, first, P),
                    buffer[a * a * first * P:a * a * (first + second) * P].reshape(a, a, second, P))
 
+    def _transform_tiles(self, src, X, q0: int, tiles_w: int, V) -> None:
+        """V = X d X^T for every tile d of the chunk from tile row q0: a 6 x 6 X (m = 4, both F(4, 3) and F(3,
+        4)) by blocks of tiles held in registers (``block_transform``), any other in loops along tile rows."""
+        if X.shape == (6, 6):
+            block_transform(src, X, self.m, q0, tiles_w, get_num_threads(), V)
+        else:
+            block_rows = max(1, self.tiles_per_block // tiles_w)
+            tile_transform(src, X, self.m, q0, tiles_w, block_rows, get_num_threads(), V)
+
     def _correlate(self, src, top, left, U, p: ConvParams, op: str, out) -> None:
         """out = the 3x3 correlation (stride 1) of src placed at (top, left) inside zeros with the filters whose
         transforms are U (alpha^2, groups, out channels per group, in channels per group), tiled over out."""
@@ -291,7 +300,7 @@ class Winograd(Algorithm):
         gemm = np.multiply if U.shape[-1] == 1 else np.matmul
         a2 = self.alpha ** 2
         for q0, P, V, M in self._chunks(p, op, n_in, n_out, src.dtype):
-            tile_transform(pad, BT, self.m, q0, tiles_w, block_rows, n_threads, V)
+            self._transform_tiles(pad, BT, q0, tiles_w, V)
             gemm(U, V.reshape(a2, p.groups, -1, P), out=M.reshape(a2, p.groups, -1, P))
             output_transform(M, AT, q0, tiles_w, block_rows, n_threads, out)
 

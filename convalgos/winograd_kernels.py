@@ -224,6 +224,35 @@ def _sandwich_block(X, D, T, out, row):
 
 
 @njit(parallel=True, cache=True)
+def block_transform(xpad, X, m, q0, tiles_w, n_threads, V):
+    """``tile_transform`` for a 6 x 6 X (F(4, 3)'s B^T and F(3, 4)'s): V[:, :, c, q*tiles_w + tx] = X d X^T for
+    the 6 x 6 tile d at (ty*m, tx*m) of channel c, tile row q0 + q = n * tiles_h + ty. One item is one channel
+    and a block of TB tiles (two vector registers' lanes, across tile rows), transformed in registers
+    (``_sandwich_block``), not in tiles_w-long loops that a small plane makes short."""
+    C, Hpad = xpad.shape[1], xpad.shape[2]
+    tiles_h, P = (Hpad - 6) // m + 1, V.shape[3]
+    TB = 2 * lanes(xpad[0, 0, 0])
+    n_blocks = (P + TB - 1) // TB
+    for thread in prange(n_threads):
+        d, tt, y = np.empty((6, 6, TB), xpad.dtype), np.empty((6, 6, TB), xpad.dtype), np.empty((36, 1, TB), xpad.dtype)
+        start, stop = share(C * n_blocks, thread, n_threads)
+        for item in range(start, stop):
+            c, p0 = item // n_blocks, (item % n_blocks) * TB
+            count = min(TB, P - p0)
+            for t in range(TB):                   # a block's missing tiles repeat its tiles: read, never written
+                row, tx = q0 + (p0 + t % count) // tiles_w, (p0 + t % count) % tiles_w
+                plane, top = xpad[row // tiles_h, c], (row % tiles_h) * m
+                for k in range(6):
+                    for l in range(6):
+                        d[k, l, t] = plane[top + k, tx * m + l]
+            _sandwich_block(X, d, tt, y, 0)
+            for xi in range(36):
+                into, value = V[xi // 6, xi % 6, c, p0:p0 + count], y[xi, 0]
+                for t in range(count):
+                    into[t] = value[t]
+
+
+@njit(parallel=True, cache=True)
 def fused_correlate(pad, U, BT, AT, m, tiles_h, tiles_w, taps, V, M, D, T, Y, out):
     """out = the 3x3 correlation (stride 1) of pad with the filters whose transforms are U, one block of TB
     tiles at a time, every step of a block in the thread's own scratch (``winograd_fused``):
