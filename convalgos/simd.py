@@ -17,7 +17,8 @@ The operations, all for a 1-D array ``a`` of float32 or float64 and an element i
     store(a, i, v)    a[i : i + lanes] = v
     splat(a, i)       a[i] in every lane (a broadcast load)
     fma(u, v, acc)    u * v + acc, lane by lane, one rounding (llvm.fma)
-    total(v)          the sum of v's lanes, added in lane order (deterministic)
+    total(v)          the sum of v's lanes, as a fixed tree: the upper half added to the lower half, lane by
+                      lane, until one lane is left (log2(lanes) shuffles and adds; deterministic)
 
 No bounds are checked and negative indices do not wrap: the caller keeps i .. i + lanes - 1 inside the
 buffer it owns (a view may be read past its end when the memory beyond belongs to the same buffer).
@@ -137,8 +138,12 @@ def fma(typingctx, u, v, acc):
 @intrinsic
 def total(typingctx, v):
     def codegen(context, builder, sig, args):
-        result = builder.extract_element(args[0], ir.Constant(ir.IntType(32), 0))
-        for lane in range(1, v.lanes):
-            result = builder.fadd(result, builder.extract_element(args[0], ir.Constant(ir.IntType(32), lane)))
-        return result
+        i32, value, width = ir.IntType(32), args[0], v.lanes
+        while width > 1:                          # lanes [0, width/2) += lanes [width/2, width)
+            half = width // 2
+            low = builder.shuffle_vector(value, value, ir.Constant(ir.VectorType(i32, half), list(range(half))))
+            high = builder.shuffle_vector(value, value,
+                                          ir.Constant(ir.VectorType(i32, half), list(range(half, width))))
+            value, width = builder.fadd(low, high), half
+        return builder.extract_element(value, ir.Constant(i32, 0))
     return v.dtype(v), codegen

@@ -37,8 +37,21 @@ def test_operations_match_numpy(dtype):
     assert not x[:expected_lanes].any() and x[expected_lanes:].all()
 
 
-def test_total_adds_the_lanes_in_order():
-    """total is a fixed left-to-right sum: (((1e8 + 1) + ... ) - 1e8) in float32 loses the ones, as NumPy's
-    sequential sum in float32 does, and the answer never changes from run to run."""
-    x = np.array([1e8] + [1] * (REGISTER_BYTES // 4 - 2) + [-1e8], np.float32)
-    assert njit(lambda v: total(load(v, 0)))(x) == np.float32(0.0)
+def _tree_sum(lanes_):
+    """total's order in NumPy: the upper half added to the lower half until one lane is left."""
+    while lanes_.size > 1:
+        lanes_ = lanes_[:lanes_.size // 2] + lanes_[lanes_.size // 2:]
+    return lanes_[0]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_total_is_a_fixed_tree_of_adds(dtype):
+    """total adds the halves lane by lane, always in that order: bitwise the tree done in NumPy (not the
+    left-to-right sum), the same on every run. In float32, 1e8 + 1 loses the one wherever it meets 1e8."""
+    n = REGISTER_BYTES // np.dtype(dtype).itemsize
+    summed = njit(lambda v: total(load(v, 0)))
+    for seed in range(20):
+        x = (np.random.default_rng(seed).standard_normal(n) * 10.0 ** np.arange(n)).astype(dtype)
+        assert summed(x) == _tree_sum(x)
+    ones = np.array([1e8] + [1] * (REGISTER_BYTES // 4 - 2) + [-1e8], np.float32)
+    assert summed(ones) == _tree_sum(ones) == np.float32(0.0)
