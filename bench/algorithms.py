@@ -155,6 +155,8 @@ def targets(results: dict, sgemm: float, passes) -> str:
                  [results[n][0].flops / t["im2col"] / 1e9 / sgemm for n, t in vgg.items() if "im2col" in t], judged),
             line("im2col time / winograd_4x4 time on VGG-16's 3x3 layers with C, K >= 256", 2,
                  [r for t in wide.values() if (r := over(t, "im2col", {"winograd_4x4"}))], judged),
+            line("the same with the fused F(4x4, 3x3), im2col time / winograd_fused_4x4 time", 2,
+                 [r for t in wide.values() if (r := over(t, "im2col", {"winograd_fused_4x4"}))], False),
             line("im2col time / the faster FFT's (fft, fft_tiled) on 7x7 and 11x11 layers, C, K >= 64, 56x56", 2,
                  [r for t in large.values() if (r := over(t, "im2col", {"fft", "fft_tiled"}))], judged),
             line("torch time / depthwise time on depthwise 3x3 layers", 2,
