@@ -238,12 +238,24 @@ print("\nthe error grows with the tile (2x2 < 4x4 < 6x6):", growing,
 # `winograd_4x4` runs each step over the whole image (cuDNN's WINOGRAD_NONFUSED): all tiles' transforms V
 # go to memory, then alpha² GEMMs, then the output transform. `winograd_fused_4x4` does the same maths one block
 # of tiles at a time (cuDNN's fused WINOGRAD, NNPACK's block strategy): V and M stay in the cache, but every
-# block reads all of U again. Which wins depends on the layer: the bytes each one moves, computed here, say
-# why. Both are timed on prepared weights (no filter transform), in interleaved rounds.
+# block reads all of U again. Which wins depends on the layer, and a count of the bytes that must come from
+# memory says why: the fused pass re-reads U from the cache when it fits (the per-core L2, read from Linux's
+# sysfs here), else from memory once per block; the non-fused pass sends V and M through memory when they
+# outgrow the cache. Both are timed on prepared weights (no filter transform), in interleaved rounds.
 
 # %%
-fused, plain = ALGORITHMS["winograd_fused_4x4"], ALGORITHMS["winograd_4x4"]
-print(f"block: {fused.block_tiles(ConvParams.from_shapes((1, 1, 4, 4), (1, 1, 3, 3)))} tiles (float32)")
+def l2_bytes(default=1 << 20):
+    """The per-core L2 cache, from Linux's sysfs (default where it cannot be read)."""
+    try:
+        with open("/sys/devices/system/cpu/cpu0/cache/index2/size") as f:
+            text = f.read().strip()
+        return int(text[:-1]) * {"K": 1 << 10, "M": 1 << 20}[text[-1]]
+    except (OSError, ValueError, KeyError):
+        return default
+
+fused, plain, l2 = ALGORITHMS["winograd_fused_4x4"], ALGORITHMS["winograd_4x4"], l2_bytes()
+print(f"block: {fused.block_tiles(ConvParams.from_shapes((1, 1, 4, 4), (1, 1, 3, 3)))} tiles (float32); "
+      f"L2: {l2 / 2**20:.2f} MB")
 for shape in [((1, 64, 112, 112), (64, 64, 3, 3)), ((1, 512, 14, 14), (512, 512, 3, 3))]:
     pf = ConvParams.from_shapes(*shape, padding=1)
     xf = rng.standard_normal(pf.in_shape, dtype=np.float32)
@@ -254,21 +266,22 @@ for shape in [((1, 64, 112, 112), (64, 64, 3, 3)), ((1, 512, 14, 14), (512, 512,
                                    for a in (fused, plain)}, rounds=7)
     t = {n: measure.median(s) for n, s in samples.items()}
     blocks = fused.computed_tiles(pf, "forward") // fused.block_tiles(pf)
-    u_mb = forms[fused.name].nbytes / 2**20
-    vm_mb = 36 * (pf.C + pf.K) * pf.N * -(-pf.H // 4) * -(-pf.W // 4) * 4 / 2**20
-    winner = min(t, key=t.get)
+    u = forms[fused.name].nbytes
+    vm = 36 * (pf.C + pf.K) * pf.N * -(-pf.H // 4) * -(-pf.W // 4) * 4
+    from_memory = {fused.name: u if u <= l2 else u * blocks, plain.name: vm if vm > l2 else 0}
+    winner, predicted = min(t, key=t.get), min(from_memory, key=from_memory.get)
     print(f"{pf}: fused {t[fused.name] * 1e3:.2f} ms, non-fused {t[plain.name] * 1e3:.2f} ms -> {winner}")
-    predicted = fused.name if u_mb * blocks < vm_mb else plain.name
-    print(f"   fused re-reads U ({u_mb:.1f} MB) for each of {blocks} blocks: {u_mb * blocks:.0f} MB; "
-          f"non-fused writes and reads V and M once: {vm_mb:.0f} MB")
-    print(f"   fewer bytes moved: {predicted}; the measurement {'agrees' if predicted == winner else 'disagrees'}")
+    print(f"   from memory: fused {from_memory[fused.name] / 2**20:.1f} MB (U {u / 2**20:.1f} MB, {blocks} blocks), "
+          f"non-fused {from_memory[plain.name] / 2**20:.1f} MB (V and M {vm / 2**20:.1f} MB)")
+    print(f"   fewer bytes from memory: {predicted}; the measurement {'agrees' if predicted == winner else 'disagrees'}")
 
 # %% [markdown]
-# On the wide plane the non-fused pass streams V and M (tens of MB) through memory while the fused pass keeps
-# them in cache and re-reads a small U; on the deep layer U is large and there are few tiles, so re-reading it
-# per block costs more than the non-fused pass's one big GEMM per point. When the measurement above disagrees
-# (a noisy machine, a cache size that changes the balance), the tuner still picks per layer from its own
-# timings: that is the point of benchmark mode.
+# A small U (C = K = 64: 0.6 MB) stays in the cache however many blocks read it, while the non-fused pass's V
+# and M (tens of MB on a wide plane) go through memory: the fused pass should win. A large U (C = K = 512: 36
+# MB) is read from memory by every block, and with few tiles V and M are small: the non-fused pass should
+# win. The last line of each layer says whether this run's timings agreed. When they do not (a noisy machine,
+# a cache that changes the balance), the tuner still picks per layer from its own timings: that is the point
+# of benchmark mode.
 
 # %% [markdown]
 # ## FFT's crossover with kernel size
