@@ -10,6 +10,9 @@ the compiler vectorises; the kernels around it only gather the batch into that l
 - ``shift_into``: a plane placed at an offset inside zeros (padding), or cropped where the offset is negative.
 - ``tile_transform``: X d X^T for every a x a tile d (stepping by m) of every channel.
 - ``output_transform``: A^T M A for every tile of every output channel, scattered into the output image.
+- ``sandwich_block``: X D X^T for a 6-column X (F(4, 3)'s B^T and A^T, F(3, 4)'s B'^T) on one block of two
+  vector registers' worth of arrays, held in registers; ``block_transform`` is ``tile_transform`` built on it
+  (winograd_4x4's input transforms), and the fused pass (``winograd_fused_kernels``) uses it on its blocks.
 
 The transform kernels split their items statically over the threads and allocate their scratch once per thread
 (a fresh allocation per item would pay the page faults of fresh memory again and again).
@@ -20,7 +23,6 @@ import numpy as np
 from numba import njit, prange
 
 from ._kernels import share, valid_range
-from .direct_kernels import BLOCK, channel_block, channel_blocks, eight_channels, four_channels, one_channel
 from .simd import fma, lanes, load, splat, store, zeros
 
 
@@ -202,7 +204,7 @@ def _mix6(w, v0, v1, v2, v3, v4, v5):
 
 
 @njit(cache=True, inline="always")
-def _sandwich_block(X, D, T, out, row):
+def sandwich_block(X, D, T, out, row):
     """out[i*b + j, row, :2L] = (X D[:, :, t] X^T)[i, j] for the 2L arrays t of one block (L = lanes): the
     batch axis is two vector registers long, and each step applies a row of X to six vectors held in registers
     (``_mix6``), so the steps of different rows are independent and overlap in the CPU (X: (b, 6)).
@@ -228,7 +230,7 @@ def block_transform(xpad, X, m, q0, tiles_w, n_threads, V):
     """``tile_transform`` for a 6 x 6 X (F(4, 3)'s B^T and F(3, 4)'s): V[:, :, c, q*tiles_w + tx] = X d X^T for
     the 6 x 6 tile d at (ty*m, tx*m) of channel c, tile row q0 + q = n * tiles_h + ty. One item is one channel
     and a block of TB tiles (two vector registers' lanes, across tile rows), transformed in registers
-    (``_sandwich_block``), not in tiles_w-long loops that a small plane makes short."""
+    (``sandwich_block``), not in tiles_w-long loops that a small plane makes short."""
     C, Hpad = xpad.shape[1], xpad.shape[2]
     tiles_h, P = (Hpad - 6) // m + 1, V.shape[3]
     TB = 2 * lanes(xpad[0, 0, 0])
@@ -245,93 +247,8 @@ def block_transform(xpad, X, m, q0, tiles_w, n_threads, V):
                 for k in range(6):
                     for l in range(6):
                         d[k, l, t] = plane[top + k, tx * m + l]
-            _sandwich_block(X, d, tt, y, 0)
+            sandwich_block(X, d, tt, y, 0)
             for xi in range(36):
                 into, value = V[xi // 6, xi % 6, c, p0:p0 + count], y[xi, 0]
                 for t in range(count):
                     into[t] = value[t]
-
-
-@njit(parallel=True, cache=True)
-def fused_correlate(pad, U, BT, AT, m, tiles_h, tiles_w, taps, V, M, D, T, Y, out):
-    """out = the 3x3 correlation (stride 1) of pad with the filters whose transforms are U, one block of TB
-    tiles at a time, every step of a block in the thread's own scratch (``winograd_fused``):
-
-        V[xi, c, t] = (B^T d[c, t] B)[xi]                  input transform of the block's tiles, every channel
-        M[k, xi, t] = sum_c U[xi, g, k, c] V[xi, c, t]     alpha^2 products: direct's register blocks
-        out tile t of channel k = A^T M[k, :, t] A          output transform, cropped to out
-
-    pad: (N, Cin, Hpad, Wpad) contiguous; U: (alpha^2, groups, Kout_g, Cin_g); out: (N, Kout, Ho, Wo)
-    contiguous. Tiles are numbered n-major over the tiles_h x tiles_w grid of each image; tile t of a block is
-    lane t of every vector. taps: (2, Cin_g), taps[0] = 0..Cin_g-1 and taps[1] = 0, the products' tap table.
-    Scratch per thread: V (alpha^2, Cin_g, TB), M (Kout_g, alpha^2, TB), D and T (alpha, alpha, TB), Y (m^2, 1, TB).
-    One item is one group, one block of TB tiles and a part of the group's output channels: the whole group,
-    unless there are fewer than two blocks per thread (a deep layer on a small image), when the channel blocks
-    are split over parts (each part transforms the block's input again) so that every thread has work."""
-    N, Cin, Hpad, Wpad = pad.shape
-    a2, groups, Kg, Cg = U.shape
-    a = AT.shape[1]
-    Kout, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
-    n_threads, TB = V.shape[0], V.shape[3]
-    per_image = tiles_h * tiles_w
-    P = N * per_image
-    n_blocks = (P + TB - 1) // TB
-    blocks = channel_blocks(Kg, BLOCK)
-    n_parts = min(blocks, max(1, -(-2 * n_threads // (groups * n_blocks))))
-    source, target = pad.reshape(-1), out.reshape(-1)
-    for thread in prange(n_threads):
-        d, tt, y = D[thread], T[thread], Y[thread]
-        vq, mk = V[thread].reshape(1, a2 * Cg, TB), M[thread].reshape(Kg, a2 * TB)
-        base, obase = np.zeros(TB, np.int64), np.zeros(TB, np.int64)
-        rows, cols = np.zeros(TB, np.int64), np.zeros(TB, np.int64)
-        start, stop = share(groups * n_blocks * n_parts, thread, n_threads)
-        for item in range(start, stop):
-            g, p0, part = item // (n_blocks * n_parts), (item // n_parts) % n_blocks * TB, item % n_parts
-            b0, b1 = part * blocks // n_parts, (part + 1) * blocks // n_parts
-            k0, last = channel_block(Kg, b0, BLOCK)[0], channel_block(Kg, b1 - 1, BLOCK)
-            k1 = last[0] + last[1]
-            count = min(TB, P - p0)
-            for t in range(TB):                   # a block's missing tiles repeat its tiles: read, never written
-                tile = p0 + t % count
-                n, ty, tx = tile // per_image, (tile // tiles_w) % tiles_h, tile % tiles_w
-                base[t] = ((n * Cin + g * Cg) * Hpad + ty * m) * Wpad + tx * m
-                obase[t] = ((n * Kout + g * Kg) * Ho + ty * m) * Wo + tx * m
-                rows[t], cols[t] = min(m, Ho - ty * m), min(m, Wo - tx * m)
-            whole = rows.min() == m and cols.min() == m
-            in_row = count == TB and base[TB - 1] - base[0] == 4 * (TB - 1)      # m = 4: F(4x4, 3x3)
-            for c in range(Cg):                                   # input transform
-                for k in range(a):
-                    if in_row:                    # one tile row: six interleaved stride-4 runs, one loop
-                        at = base[0] + c * Hpad * Wpad + k * Wpad
-                        d0, d1, d2, d3, d4, d5 = d[k, 0], d[k, 1], d[k, 2], d[k, 3], d[k, 4], d[k, 5]
-                        for t in range(TB):
-                            q = at + 4 * t
-                            d0[t], d1[t], d2[t] = source[q], source[q + 1], source[q + 2]
-                            d3[t], d4[t], d5[t] = source[q + 3], source[q + 4], source[q + 5]
-                    else:
-                        for l in range(a):
-                            into, at = d[k, l], c * Hpad * Wpad + k * Wpad + l
-                            for t in range(TB):
-                                into[t] = source[base[t] + at]
-                _sandwich_block(BT, d, tt, V[thread], c)
-            for xi in range(a2):                                  # the products
-                for b in range(b0, b1):
-                    first, width = channel_block(Kg, b, BLOCK)
-                    if BLOCK == 8 and width == 8:
-                        eight_channels(vq, U[xi, g], taps, 0, xi * Cg, first, 0, mk[first:], xi * TB)
-                    elif width == 4:
-                        four_channels(vq, U[xi, g], taps, 0, xi * Cg, first, 0, mk[first:], xi * TB)
-                    else:
-                        one_channel(vq, U[xi, g], taps, 0, xi * Cg, first, 0, mk[first:], xi * TB)
-            for k in range(k0, k1):                               # output transform
-                _sandwich_block(AT, M[thread, k].reshape(a, a, TB), tt, y, 0)
-                for i in range(m):
-                    for j in range(m):
-                        value, at = y[i * m + j, 0], k * Ho * Wo + i * Wo + j
-                        if whole:                         # every tile of the block inside the output
-                            for t in range(count):
-                                target[obase[t] + at] = value[t]
-                        else:
-                            for t in range(count):
-                                if i < rows[t] and j < cols[t]:
-                                    target[obase[t] + at] = value[t]
