@@ -25,14 +25,17 @@ non-fused / torch: VGG C64 224x224 13.8 / 21.9 / 19.3; C128 112x112 9.7 / 15.0 /
 11.3 / 17.5; C512 28x28 10.7 / 11.5 / 18.6; C512 14x14 6.4 / 6.2 / 5.6; C512 7x7 6.1 / 4.6 / 2.4 (direct 1.7);
 ResNet-20 N32 C64 8x8 0.87 / 1.51 / 1.01 and C32 16x16 1.05 / 2.24 / 1.06.
 
-Where its time goes (VGG C64 224x224, one call, ms of about 15): gathering each tile's 6 x 6 patch 3.2, the
-input transform 3.0, the products 6.3 (146 GFLOP/s), the output transform and its scatter 3.3. The
-transforms apply a row of the 6-column matrix to six vectors at once (``winograd_kernels._mix6``), which made
-them 2x faster than one loop over the matrix's entries; F(4x4, 3x3) is what this kernel is written for.
+Where its time went (VGG C64 224x224, one call of about 18 ms, measured before the six-vector transforms):
+gathering each tile's 6 x 6 patch 3.6 ms, the input transform 3.0, the products 6.3 (146 GFLOP/s), the output
+transform and its scatter 3.3. The transforms now apply a row of the 6-column matrix to six vectors at once
+(``winograd_kernels._mix6``), which made the whole pass 1.1-1.2x faster than one loop over the matrix's
+entries (VGG C64 224x224 16.9 -> 15.1 ms, ResNet-20 C64 8x8 1.10 -> 0.91 ms); F(4x4, 3x3) is what this
+kernel is written for.
 
 Backward-data is the forward pass over dx's tiles with the flipped filters and K, C swapped (see
-convalgos.winograd); it reads U of the flipped filters transposed, a view (the products broadcast U one
-element at a time, so its layout costs nothing there).
+convalgos.winograd); it reads U of the flipped filters transposed, a view: the products broadcast U one
+element at a time, so on small layers the layout costs nothing (ResNet-20 C64 8x8: 0.78 ms, forward 0.90),
+while on C = K = 512 the strided reads made it 24 ms against forward's 16 (the non-fused pass, 18, wins there).
 Backward-filter has no fused form here, as in cuDNN (its fused BWD_FILTER_ALGO_WINOGRAD is not implemented):
 "winograd_4x4" computes it.
 
