@@ -109,6 +109,12 @@ def f3x3_constraints(name: str, p: ConvParams) -> Support:
     return SUPPORTED
 
 
+def tile_grid(p: ConvParams, op: str, m: int) -> tuple[int, int]:
+    """The m x m tile grid of pass ``op`` (fused or not): over dx in backward-data, over y (or dy) otherwise."""
+    H, W = (p.H, p.W) if op == "backward_data" else p.out_hw
+    return -(-H // m), -(-W // m)
+
+
 class Winograd(Algorithm):
     """F(m x m, 3 x 3) Winograd convolution (and F(3 x 3, m x m) for backward-filter); one instance per m."""
 
@@ -146,9 +152,7 @@ class Winograd(Algorithm):
         return self.alpha ** 2
 
     def _tiles(self, p: ConvParams, op: str) -> tuple[int, int]:
-        """The m x m tile grid: over dx in backward-data, over y (or dy) otherwise."""
-        H, W = (p.H, p.W) if op == "backward_data" else p.out_hw
-        return -(-H // self.m), -(-W // self.m)
+        return tile_grid(p, op, self.m)
 
     def _padded_hw(self, p: ConvParams, op: str) -> tuple[int, int]:
         tiles_h, tiles_w = self._tiles(p, op)

@@ -54,7 +54,7 @@ from .cooktoom import cook_toom
 from .params import ConvParams
 from .registry import Algorithm, register
 from .simd import REGISTER_BYTES
-from .winograd import TOLERANCES, f3x3_constraints, sandwich_flops
+from .winograd import TOLERANCES, f3x3_constraints, sandwich_flops, tile_grid
 from .winograd_fused_kernels import fused_correlate
 from .winograd_kernels import filter_transform, shift_into
 
@@ -78,9 +78,7 @@ class FusedWinograd(Algorithm):
 
     # ---- sizes ---------------------------------------------------------------------------------------------
     def _tiles(self, p: ConvParams, op: str) -> tuple[int, int]:
-        """The m x m tile grid over the pass's result: dx in backward-data, y otherwise."""
-        H, W = (p.H, p.W) if op == "backward_data" else p.out_hw
-        return -(-H // self.m), -(-W // self.m)
+        return tile_grid(p, op, self.m)
 
     def block_tiles(self, p: ConvParams) -> int:
         """TB: tiles per block, two vector registers of lanes."""

@@ -7,7 +7,7 @@ import numpy as np
 from numba import njit, prange
 
 from ._kernels import share
-from .direct_kernels import BLOCK, channel_block, channel_blocks, eight_channels, four_channels, one_channel
+from .direct_kernels import BLOCK, channel_block, channel_blocks, register_block
 from .winograd_kernels import sandwich_block
 
 
@@ -76,12 +76,7 @@ def fused_correlate(pad, U, BT, AT, m, tiles_h, tiles_w, taps, V, M, D, T, Y, ou
             for xi in range(a2):                                  # the products
                 for b in range(b0, b1):
                     first, width = channel_block(Kg, b, BLOCK)
-                    if BLOCK == 8 and width == 8:
-                        eight_channels(vq, U[xi, g], taps, 0, xi * Cg, first, 0, mk[first:], xi * TB)
-                    elif width == 4:
-                        four_channels(vq, U[xi, g], taps, 0, xi * Cg, first, 0, mk[first:], xi * TB)
-                    else:
-                        one_channel(vq, U[xi, g], taps, 0, xi * Cg, first, 0, mk[first:], xi * TB)
+                    register_block(vq, U[xi, g], taps, 0, xi * Cg, first, width, 0, mk[first:], xi * TB)
             for k in range(k0, k1):                               # output transform
                 sandwich_block(AT, M[thread, k].reshape(a, a, TB), tt, y, 0)
                 for i in range(m):
