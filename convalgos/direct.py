@@ -40,26 +40,28 @@ phase's taps, through the same ``direct_rows``, written into the strided view of
 there is one phase with every tap: the flipped-kernel convolution above. Phases with no taps (input rows no
 output reads, cut off by the stride) are zero.
 
-Backward-filter is a dot per weight tap: with dy laid out at the phase pitch Wq (zero in the junk columns),
-dw[k, c, r, s] = sum_n dot(dyq[n, k, :Ho*Wq], xq[n, g*Cg + c, offset(r, s):][:Ho*Wq]) over the same polyphase
-copy as forward (``filter_dots``). Register blocks of 4 channels x 3 taps: twelve accumulators, fed per vector
-step by four loads of dy and three of x. A work item is a run of images (as many as keep their dy and x in
+Backward-filter is a dot per weight tap: with dy laid out at the phase pitch Wq (zero in the junk columns, and
+past Ho*Wq up to whole vectors, ``filter_plane``), dw[k, c, r, s] = sum_n dot(dyq[n, k], xq[n, g*Cg + c,
+offset(r, s):]) over the same polyphase copy as forward, with spare zero rows for the round-up
+(``filter_dots``). Register blocks of 4 channels x 3 taps: twelve accumulators, fed per vector step by four
+loads of dy and three of x. A work item is a run of images (as many as keep their dy and x in
 ``FILTER_CACHE`` bytes) and a block of 4 channels; each thread sums its items into its own partial dw, and
 the partials are added in thread order: repeatable at a fixed thread count, no atomics.
 
 FLOPs (``flops``, what the loops do, one multiply and one add per term): forward 2*N*K*Cg*R*S*Ho*Wq (the
 junk columns included, and each item's span rounded up to whole blocks, ``computed_outputs``; ``p.flops``
 counts Wo); backward-data 2*N*C*Kg*sum over phases of (taps * rows * Wd) rounded the same way (the padded
-zeros and junk columns included; at stride 1, about 2*N*C*Kg*R*S*H*Wd); backward-filter 2*K*Cg*R*S*N*Ho*Wq.
+zeros and junk columns included; at stride 1, about 2*N*C*Kg*R*S*H*Wd); backward-filter 2*K*Cg*R*S*N*length
+(``filter_plane``).
 Padded taps are multiplied by zero, not skipped.
 
 Workspace (``workspace_bytes``): forward and backward-filter keep the phase planes, N*C*sh*sw*Hq*Wq elements
 (Hq = Ho + (R-1)*dh//sh + 1 with one spare row that the junk columns of the last row read,
 Wq = Wo + (S-1)*dw//sw) plus one block of zeroed room, and the tap table (2*Cg*R*S int64); forward also a
-stage of 4 x ``rows_per_item`` * Wq elements (rounded up to a block) per thread; backward-filter dy at pitch
-Wq (N*K*Ho*Wq) and one partial dw (K*Cg*R*S) per thread. Backward-data keeps the padded dy (N*K*Hd*Wd,
-``data_plane``) plus the room, one stage per thread, the per-phase weights (K*Cg*R*S) and tap tables
-(2*Kg*R*S int64).
+stage of 4 x ``rows_per_item`` * Wq elements (rounded up to a block) per thread; backward-filter the spare
+rows of each phase, dy at pitch Wq (N*K*length) and one partial dw (K*Cg*R*S) per thread. Backward-data
+keeps the padded dy (N*K*Hd*Wd, ``data_plane``) plus the room, one stage per thread, the per-phase weights
+(K*Cg*R*S) and tap tables (2*Kg*R*S int64).
 
 Constraints: none. float32 and float64 are each compiled; float16 is computed in float32 by ``convalgos.run``.
 Accuracy: sums in the compute dtype; the float32 errors measured for each pass are noted at ``Direct.tolerance``.
@@ -107,6 +109,16 @@ def stage_bytes(p: ConvParams, rows: int, pitch: int) -> int:
     """Each thread's stage: BLOCK channels x one item's outputs rounded up to a register block."""
     T = block_outputs(p.itemsize)
     return get_num_threads() * BLOCK * (-(-rows * pitch // T) * T) * p.itemsize
+
+
+def filter_plane(p: ConvParams) -> tuple[int, int]:
+    """Backward-filter's (length, Hq): each dot's length, Ho*Wq rounded up to whole vectors (dy is zero past
+    Ho*Wq, so no tap needs a scalar tail: on 8x8 outputs of pitch 9 the tail took two thirds of the time), and
+    the phase rows that keep every tap's read of that length inside its own zeroed phase (Hq plus the rows the
+    round-up reaches)."""
+    (Ho, _), (Hq, Wq), L = p.out_hw, phase_plane(p), REGISTER_BYTES // p.itemsize
+    length = -(-Ho * Wq // L) * L
+    return length, Hq + -(-(length - Ho * Wq) // Wq)
 
 
 def filter_images(p: ConvParams) -> int:
@@ -168,8 +180,9 @@ class Direct(Algorithm):
         if op == "forward":
             return phases * p.itemsize + stage_bytes(p, rows_per_item(p), Wq) + table
         if op == "backward_filter":
+            length, Hf = filter_plane(p)
             partial = get_num_threads() * p.K * p.Cg * p.R * p.S
-            return (phases + p.N * p.K * p.out_hw[0] * Wq + partial) * p.itemsize + table
+            return (phases + p.N * p.C * sh * sw * (Hf - Hq) * Wq + p.N * p.K * length + partial) * p.itemsize + table
         _, _, Hd, Wd = data_plane(p)
         elements = p.N * p.K * Hd * Wd + slack + p.K * p.Cg * p.R * p.S
         return elements * p.itemsize + stage_bytes(p, data_rows(p), Wd) + 2 * p.Kg * p.R * p.S * 8
@@ -179,7 +192,7 @@ class Direct(Algorithm):
         if op == "forward":
             return 2 * p.N * p.K * p.Cg * p.R * p.S * computed_outputs(Ho, rows_per_item(p), Wq, p.itemsize)
         if op == "backward_filter":
-            return 2 * p.N * p.K * p.Cg * p.R * p.S * Ho * Wq
+            return 2 * p.N * p.K * p.Cg * p.R * p.S * filter_plane(p)[0]
         Wd, rows = data_plane(p)[3], data_rows(p)
         terms = sum(rt.size * st.size * computed_outputs(Ha, rows, Wd, p.itemsize)
                     for (_, rt, _, Ha), (_, st, _, Wa) in data_phases(p) if Wa > 0)
@@ -221,17 +234,20 @@ class Direct(Algorithm):
             start += n_taps
 
     def backward_filter(self, x, dy, p: ConvParams, out) -> None:
-        Ho, Wq = p.out_hw[0], phase_plane(p)[1]
-        xq, taps = self._phases_and_taps(x, p)
-        dyq = self.workspace.get("direct.dy_pitched", (p.N, p.K, Ho * Wq), x.dtype)
-        split_phases(dy, 0, 0, 1, 1, Ho, Wq, dyq)
+        (Ho, _), Wq, (length, Hf) = p.out_hw, phase_plane(p)[1], filter_plane(p)
+        xq, taps = self._phases_and_taps(x, p, Hf)
+        dyq = self.workspace.get("direct.dy_pitched", (p.N, p.K, length), x.dtype)
+        split_phases(dy, 0, 0, 1, 1, Ho, Wq, dyq)              # writes the first Ho*Wq of each plane
+        dyq[:, :, Ho * Wq:] = 0.0
         partial = self.workspace.get("direct.filter_partial", (get_num_threads(), p.K, p.Cg * p.R * p.S), x.dtype)
-        filter_dots(xq, dyq, taps, p.Cg, Ho * Wq, filter_images(p), partial)
+        filter_dots(xq, dyq, taps, p.Cg, length, filter_images(p), partial)
         np.sum(partial, axis=0, out=out.reshape(p.K, -1))
 
-    def _phases_and_taps(self, x, p: ConvParams):
-        """The polyphase zero-padded copy of x (``split_phases``) and the tap table of its offsets."""
-        (sh, sw), (dh, dw), ((top, _), (left, _)), (Hq, Wq) = p.stride, p.dilation, p.padding, phase_plane(p)
+    def _phases_and_taps(self, x, p: ConvParams, Hq: int | None = None):
+        """The polyphase zero-padded copy of x (``split_phases``; phases of Hq rows, ``phase_plane``'s unless
+        given) and the tap table of its offsets."""
+        (sh, sw), (dh, dw), ((top, _), (left, _)), (Hp, Wq) = p.stride, p.dilation, p.padding, phase_plane(p)
+        Hq = Hp if Hq is None else Hq
         taps = self.workspace.get("direct.taps", (2, p.Cg * p.R * p.S), np.int64)
         tap_table(p.R, p.S, sh, sw, dh, dw, Hq, Wq, taps)
         xq = self._planes("direct.phases", p.N, p.C, sh * sw * Hq * Wq, x.dtype)

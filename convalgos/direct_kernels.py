@@ -224,18 +224,17 @@ def direct_rows(xq, w, taps, Cg, rows, Wq, stage, out):
 @njit(cache=True, inline="always")
 def _filter_block(xq, dyq, taps, n0, n1, c0, k0, q, length, part):
     """part[k0 + kk, q + j] += sum over images n0 <= n < n1 of sum_{t < length} dyq[n, k0 + kk, t] *
-    xq[n, c0 + taps[0, q + j], taps[1, q + j] + t] for kk < 4 and j < 3: a register block of 4 channels x 3 taps,
-    twelve accumulators over the images' dy (four loads of dy and three of x feed twelve multiply-adds); lanes
-    summed in order once at the end, the last length % L terms of each image one by one."""
+    xq[n, c0 + taps[0, q + j], taps[1, q + j] + t] for kk < 4 and j < 3 (length: whole vectors): a register
+    block of 4 channels x 3 taps, twelve accumulators over the images' dy (four loads of dy and three of x feed
+    twelve multiply-adds); lanes summed once at the end."""
     L = lanes(part)
     oa, ob, oc = taps[1, q], taps[1, q + 1], taps[1, q + 2]
     r0a, r0b, r0c, r1a, r1b, r1c = zeros(part), zeros(part), zeros(part), zeros(part), zeros(part), zeros(part)
     r2a, r2b, r2c, r3a, r3b, r3c = zeros(part), zeros(part), zeros(part), zeros(part), zeros(part), zeros(part)
-    whole = length - length % L
     for n in range(n0, n1):
         d0, d1, d2, d3 = dyq[n, k0], dyq[n, k0 + 1], dyq[n, k0 + 2], dyq[n, k0 + 3]
         pa, pb, pc = xq[n, c0 + taps[0, q]], xq[n, c0 + taps[0, q + 1]], xq[n, c0 + taps[0, q + 2]]
-        for t in range(0, whole, L):
+        for t in range(0, length, L):
             xa, xb, xc = load(pa, oa + t), load(pb, ob + t), load(pc, oc + t)
             v = load(d0, t)
             r0a, r0b, r0c = fma(v, xa, r0a), fma(v, xb, r0b), fma(v, xc, r0c)
@@ -245,46 +244,31 @@ def _filter_block(xq, dyq, taps, n0, n1, c0, k0, q, length, part):
             r2a, r2b, r2c = fma(v, xa, r2a), fma(v, xb, r2b), fma(v, xc, r2c)
             v = load(d3, t)
             r3a, r3b, r3c = fma(v, xa, r3a), fma(v, xb, r3b), fma(v, xc, r3c)
-    sums = ((total(r0a), total(r0b), total(r0c)), (total(r1a), total(r1b), total(r1c)),
-            (total(r2a), total(r2b), total(r2c)), (total(r3a), total(r3b), total(r3c)))
-    for kk in range(4):
-        sa, sb, sc = sums[kk]
-        for n in range(n0, n1):
-            d = dyq[n, k0 + kk]
-            pa, pb, pc = xq[n, c0 + taps[0, q]], xq[n, c0 + taps[0, q + 1]], xq[n, c0 + taps[0, q + 2]]
-            for t in range(whole, length):
-                sa += d[t] * pa[oa + t]
-                sb += d[t] * pb[ob + t]
-                sc += d[t] * pc[oc + t]
-        part[k0 + kk, q] += sa
-        part[k0 + kk, q + 1] += sb
-        part[k0 + kk, q + 2] += sc
+    for kk, (ra, rb, rc) in enumerate(((r0a, r0b, r0c), (r1a, r1b, r1c), (r2a, r2b, r2c), (r3a, r3b, r3c))):
+        part[k0 + kk, q] += total(ra)
+        part[k0 + kk, q + 1] += total(rb)
+        part[k0 + kk, q + 2] += total(rc)
 
 
 @njit(cache=True, inline="always")
 def _filter_dot(xq, dyq, taps, n0, n1, c0, k, q, length, part):
     """part[k, q] += sum over images n0 <= n < n1 of sum_{t < length} dyq[n, k, t] * xq[n, c0 + taps[0, q],
-    taps[1, q] + t] (the channels and taps ``_filter_block`` leaves over), two accumulators."""
+    taps[1, q] + t] (the channels and taps ``_filter_block`` leaves over; length: whole vectors)."""
     L = lanes(part)
-    at, a0, a1 = taps[1, q], zeros(part), zeros(part)
-    whole = length - length % (2 * L)
+    at, acc = taps[1, q], zeros(part)
     for n in range(n0, n1):
         d, plane = dyq[n, k], xq[n, c0 + taps[0, q]]
-        for t in range(0, whole, 2 * L):
-            a0, a1 = fma(load(d, t), load(plane, at + t), a0), fma(load(d, t + L), load(plane, at + t + L), a1)
-    s = total(a0) + total(a1)
-    for n in range(n0, n1):
-        d, plane = dyq[n, k], xq[n, c0 + taps[0, q]]
-        for t in range(whole, length):
-            s += d[t] * plane[at + t]
-    part[k, q] += s
+        for t in range(0, length, L):
+            acc = fma(load(d, t), load(plane, at + t), acc)
+    part[k, q] += total(acc)
 
 
 @njit(parallel=True, cache=True)
 def filter_dots(xq, dyq, taps, Cg, length, images, partial):
     """partial[thread, k, q] = thread's share of sum over n of sum_{t < length} dyq[n, k, t] *
     xq[n, g*Cg + taps[0, q], taps[1, q] + t], with g = k // Kg: backward-filter, each weight tap a contiguous
-    dot per image (dyq: dy at xq's pitch Wq, zero in the junk columns). One item is a run of ``images`` images
+    dot per image (dyq: dy at xq's pitch Wq, zero in the junk columns and past Ho*Wq; length a whole number of
+    vectors, every read of xq inside its phase). One item is a run of ``images`` images
     and a block of four channels of a group (or one, ``channel_block``): the run's dy and x stay in cache while
     every tap of the block is summed, three taps at a time. Each thread sums its items in order into its own
     partial; the caller adds the partials in thread order (repeatable at a fixed thread count)."""

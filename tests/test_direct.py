@@ -198,12 +198,14 @@ def test_phase_plane_sizes():
 
 
 def test_flops_count_what_the_loops_do():
-    """Backward-filter runs over Ho rows of Wq (junk columns included); forward over the same rows rounded up to
+    """Backward-filter runs over Ho rows of Wq (junk columns included) rounded up to whole vectors of L float32
+    (8, or 16 with AVX-512); forward over the same rows rounded up to
     whole register blocks of T float32 outputs (two registers: 16, or 32 with AVX-512); backward-data at stride
     1 over H rows of the padded dy's pitch Wd with every tap, rounded up the same way."""
     p = ConvParams.from_shapes((2, 6, 9, 9), (4, 3, 3, 3), groups=2, padding=1)
     Wq, T = phase_plane(p)[1], 2 * REGISTER_BYTES // 4
-    assert Wq == 11 and DIRECT.flops(p, "backward_filter") == 2 * 2 * 4 * 3 * (3 * 3) * 9 * Wq
+    L = REGISTER_BYTES // 4
+    assert Wq == 11 and DIRECT.flops(p, "backward_filter") == 2 * 2 * 4 * 3 * (3 * 3) * -(-9 * Wq // L) * L
     assert DIRECT.flops(p) == 2 * 2 * 4 * 3 * (3 * 3) * -(-99 // T) * T      # 9 * 11 = 99 outputs per plane
     Wd = data_plane(p)[3]
     assert DIRECT.flops(p, "backward_data") == 2 * 2 * 6 * 2 * (3 * 3) * -(-9 * Wd // T) * T
@@ -249,3 +251,24 @@ def test_only_the_phases_a_tap_reads_are_copied():
     for kw in (dict(stride=2), dict(stride=(2, 3), dilation=2, padding=1), dict(stride=2, padding=(1, 0))):
         check((2, 4, 15, 12), (6, 4, 1, 1), **kw)
         check_backward("direct", (2, 4, 15, 12), (6, 4, 1, 1), **kw)
+
+
+@pytest.mark.parametrize("kw", [dict(stride=2, padding=1), dict(stride=2, padding=0), dict(padding=1)])
+@pytest.mark.parametrize("R", [1, 3])
+def test_no_pass_reads_workspace_it_did_not_write(kw, R):
+    """Kept buffers filled with NaN between two calls change nothing: every element a pass reads it wrote
+    (backward-filter rounds its dots up to whole vectors, into spare zero rows, never into an unused phase)."""
+    x_shape, w_shape = (3, 5, 9, 9), (6, 5, R, R)
+    rng = np.random.default_rng(1)
+    p = ConvParams.from_shapes(x_shape, w_shape, **kw)
+    x, w = rng.standard_normal(x_shape).astype(np.float32), rng.standard_normal(w_shape).astype(np.float32)
+    dy = rng.standard_normal(p.out_shape).astype(np.float32)
+    passes = (("forward", x, w), ("backward_data", dy, w), ("backward_filter", x, dy))
+    DIRECT.release()
+    first = {op: convalgos.run(DIRECT, op, a, b, p) for op, a, b in passes}
+    for buffer in DIRECT.workspace._buffers().values():
+        if buffer.dtype.kind == "f":
+            buffer[...] = np.nan
+    for op, a, b in passes:
+        assert np.isfinite(first[op]).all(), op
+        np.testing.assert_array_equal(convalgos.run(DIRECT, op, a, b, p), first[op], err_msg=op)
