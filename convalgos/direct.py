@@ -71,7 +71,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads
 
-from .direct_kernels import BLOCK, direct_rows, filter_dots, split_phases, tap_table, used_phases
+from .direct_kernels import BLOCK, direct_rows, filter_dots, phase_weights, split_phases, tap_table, used_phases
 from .params import ConvParams
 from .registry import Algorithm, register
 from .simd import REGISTER_BYTES
@@ -214,7 +214,6 @@ class Direct(Algorithm):
         n_all = p.Kg * p.R * p.S
         w_all = self.workspace.get("direct.phase_weights", (p.C * n_all,), dy.dtype)
         taps_all = self.workspace.get("direct.phase_taps", (2 * n_all,), np.int64)
-        w_groups = w.reshape(p.groups, p.Kg, p.Cg, p.R, p.S)
         start = 0
         for (rho_h, rt, fh, Ha), (rho_w, st, fw, Wa) in data_phases(p):
             view = out[:, :, fh * sh + rho_h - top::sh, fw * sw + rho_w - left::sw][:, :, :Ha, :Wa]
@@ -225,7 +224,7 @@ class Direct(Algorithm):
                 view[...] = 0.0
                 continue
             wq = w_all[p.C * start:p.C * (start + n_taps)].reshape(p.C, n_taps)
-            wq[...] = w_groups[:, :, :, rt][:, :, :, :, st].transpose(0, 2, 1, 3, 4).reshape(p.C, n_taps)
+            phase_weights(w, p.Kg, rt, st, wq)
             taps = taps_all[2 * start:2 * (start + n_taps)].reshape(2, n_taps)
             offsets = (fh + PT - rt * dh // sh)[:, None] * Wd + (fw + PL - st * dw // sw)[None, :]
             taps[0] = np.repeat(np.arange(p.Kg), offsets.size)

@@ -76,6 +76,21 @@ def tap_table(R, S, sh, sw, dh, dw, Hq, Wq, taps):
         taps[1, q] = (phase * Hq + (r * dh) // sh) * Wq + (s * dw) // sw
 
 
+@njit(parallel=True, cache=True)
+def phase_weights(w, Kg, rows, cols, wq):
+    """wq[c, (kk*len(rows) + a)*len(cols) + b] = w[g*Kg + kk, c % Cg, rows[a], cols[b]] for input channel c of
+    group g = c // Cg: backward-data's weights for one phase of dx (its row and column taps), the output
+    channels of c's group as the taps of a direct pass over dy."""
+    C, Cg = wq.shape[0], w.shape[1]
+    nr, nc = rows.size, cols.size
+    for c in prange(C):
+        k0, cc = (c // Cg) * Kg, c % Cg
+        for kk in range(Kg):
+            for a in range(nr):
+                for b in range(nc):
+                    wq[c, (kk * nr + a) * nc + b] = w[k0 + kk, cc, rows[a], cols[b]]
+
+
 @njit(cache=True, inline="always")
 def four_channels(xq, w, taps, n, c0, k0, t0, stage, s0):
     """stage[kk, s0:s0 + 2L] = sum over taps q of w[k0 + kk, q] * xq[n, c0 + taps[0, q], taps[1, q] + t0:][:2L]
