@@ -233,7 +233,9 @@ def measure_model(model_name, batch, rounds, min_seconds) -> dict:
     parts = {n: {key: measure.median(s) for key, s in log.items()} for n, log in logs.items()}
     calls = profile.conv_calls(base, x.shape)
     torch_alone = alone(tuner, base, calls, set(parts["autotuned"]), max(3, rounds)) if "torch" in steps else {}
+    paired = np.array(samples["autotuned"]) / np.array(samples["torch"]) if "torch" in samples else np.array([])
     return {"times": times, "rounds": {n: len(s) for n, s in samples.items()}, "abandoned": abandoned,
+            "round_ratios": paired,
             "parts": parts, "losses": losses, "cold": cold, "unsupported": unsupported, "calls": calls,
             "chosen": {(e.key.params, e.key.op): e.algo for e in entries}, "alone": torch_alone}
 

@@ -3,6 +3,7 @@ from the numbers, the cold tuning and the per-layer choices."""
 from __future__ import annotations
 
 import numba
+import numpy as np
 
 from convalgos import PASSES
 
@@ -64,7 +65,10 @@ def target_lines(label, model_name, r) -> list:
         ours, theirs = alone_sums(r, "ours"), alone_sums(r, "torch")
         gaps = ", ".join(f"{op} {ms(ours[op])} / {ms(theirs[op])}" for op in PASSES)
         rest = f"{ms(auto - sum(auto_parts.values()))} / ~{ms(times['torch'] - sum(theirs.values()))}"
-        lines.append(f"- {label} train step / torch's: **{ratio:.2f}** (target <= {target}): "
+        paired = r.get("round_ratios", [])
+        spread = (f" (the same ratio round by round, {len(paired)} rounds: quartiles {np.percentile(paired, 25):.2f}-"
+                  f"{np.percentile(paired, 75):.2f})" if len(paired) >= 4 else "")
+        lines.append(f"- {label} train step / torch's: **{ratio:.2f}**{spread} (target <= {target}): "
                      f"{verdict(ratio <= target)}. Where it goes, ms ours / torch's: conv passes alone {gaps}; "
                      f"the rest of the step {rest}.")
     if model_name in SINGLE_TARGET:
