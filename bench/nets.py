@@ -103,8 +103,8 @@ def report(results, rounds) -> str:
                      + f" | {torch_ms} | {ratio} | {speedup} | {tuning:.1f} |")
     lines += ["", f"## The whole forward pass against torch's same model (same weights), eval mode, median of "
               f"{rounds} interleaved rounds, ms (target <= {WHOLE_TARGET})", "",
-              "| net | plain | fused + prepared | torch | plain / torch | fused / torch | fused / torch round by round: "
-              "quartiles | fused / plain |",
+              "| net | plain | fused + prepared | torch | plain / torch | fused / torch "
+              "| fused / torch round by round: quartiles | fused / plain |",
               "|---|---|---|---|---|---|---|---|"]
     for label, (model_name, *_rest, whole) in results.items():
         if whole:
