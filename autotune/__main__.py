@@ -27,7 +27,8 @@ import convalgos
 
 import autotune
 from autotune import cache, models, nn, profile, train
-from autotune.devices import CudaEventTimer, gpu_algorithms
+from autotune.devices import CudaEventTimer
+from convalgos.backends import BACKENDS
 
 DTYPES = ("float32", "float64", "float16")
 
@@ -221,7 +222,7 @@ def first_pass(model, shape, args):
     workload = profile.layer_workload(calls, dict(nn.conv_layers(model)), cupy, args.dtype)
     timer = CudaEventTimer()
     seconds = timer.time(lambda: workload(None))
-    return calls, workload, seconds, gpu_algorithms(), cupy, timer
+    return calls, workload, seconds, BACKENDS["cuda"].registry, cupy, timer
 
 
 def write_json(path: str, doc: dict) -> None:

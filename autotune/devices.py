@@ -1,10 +1,13 @@
-"""The devices the tuner runs on. Each owns one kind of array and hands the tuner ITS OWN algorithms.
+"""The devices the tuner runs on: each is one of convalgos' backends (``convalgos.backends``, the one table of
+which arrays a backend owns, its array module and its registry) with what timing on it needs.
 
 A device answers, for the tuner:
 
-- ``owns(x)``: is ``x`` one of its arrays? (``device_of`` asks each device in ``DEVICES`` in turn);
-- ``algorithms``: its registry, name -> Algorithm, asked with its own ``supports``, ``workspace_bytes`` and
-  ``flops``: the CPU's is ``convalgos.ALGORITHMS``, the GPU's ``convalgos.cuda.ALGORITHMS``;
+- ``owns(x)``: is ``x`` one of its arrays? (``device_of`` asks each device in ``DEVICES`` in turn; the
+  answer is its backend's);
+- ``algorithms``: its backend's registry, name -> Algorithm, asked with its own ``supports``,
+  ``workspace_bytes`` and ``flops``: the CPU's is ``convalgos.ALGORITHMS``, the GPU's
+  ``convalgos.cuda.ALGORITHMS``; ``xp``: its array module;
 - ``name`` (part of the table's key), ``kind`` ("cpu" or "cuda": which heuristics apply), ``layout(x)`` and
   ``threads()`` (also in the key);
 - ``timer``: how a run is timed (wall clock on the CPU, CUDA events on the GPU);
@@ -25,7 +28,7 @@ import numba
 import numpy as np
 
 import convalgos
-from convalgos.backend import is_cupy_array
+from convalgos.backends import BACKENDS
 
 from .measure import Timer
 
@@ -36,16 +39,21 @@ class CpuDevice:
     name = "cpu"
     kind = "cpu"
     last_workspace = None
+    backend = BACKENDS["cpu"]
 
     def __init__(self):
         self.timer = Timer()
 
     @property
     def algorithms(self) -> dict:
-        return convalgos.ALGORITHMS
+        return self.backend.registry
+
+    @property
+    def xp(self):
+        return self.backend.xp
 
     def owns(self, x) -> bool:
-        return isinstance(x, np.ndarray)
+        return self.backend.owns(x)
 
     def layout(self, x) -> str:
         if x.flags.c_contiguous:
@@ -82,12 +90,6 @@ class CudaEventTimer:
         return cupy.cuda.get_elapsed_time(start, end) / 1e3
 
 
-def gpu_algorithms() -> dict:
-    """The GPU registry, imported when first needed (importing autotune imports no CuPy)."""
-    from convalgos import cuda
-    return cuda.ALGORITHMS
-
-
 class GpuDevice(CpuDevice):
     """CuPy arrays on the current CUDA device, run by the GPU registry.
 
@@ -100,14 +102,11 @@ class GpuDevice(CpuDevice):
     """
 
     kind = "cuda"
+    backend = BACKENDS["cuda"]
 
     def __init__(self):
         self.timer = CudaEventTimer()
         self.last_workspace = None
-
-    @property
-    def algorithms(self) -> dict:
-        return gpu_algorithms()
 
     @functools.cached_property
     def _properties(self) -> dict:
@@ -119,9 +118,6 @@ class GpuDevice(CpuDevice):
         props = self._properties
         gpu = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
         return f"cuda:{gpu} cc{props['major']}.{props['minor']}"
-
-    def owns(self, x) -> bool:
-        return is_cupy_array(x)
 
     def layout(self, x) -> str:
         return "contiguous" if x.flags.c_contiguous else "strided"
@@ -155,7 +151,7 @@ class SimulatedGpuDevice(CpuDevice):
 
     @property
     def algorithms(self) -> dict:
-        return gpu_algorithms()
+        return BACKENDS["cuda"].registry
 
     def threads(self) -> int:
         return 1

@@ -37,12 +37,26 @@ class Timer:
         return self.clock() - start
 
 
+def rotate(names: list, time_one, still_active) -> int:
+    """The one rotation loop: rounds over ``names``, each round calling ``time_one(name)`` once per name,
+    starting one further along the list each round (so no name always runs first, after the same neighbour),
+    until ``still_active(names, rounds done)`` returns an empty list; it returns the names the next round runs.
+    Returns the number of rounds done. ``interleaved`` and the tuner's race both time through it."""
+    done = 0
+    while names:
+        shift = done % len(names)
+        for name in names[shift:] + names[:shift]:
+            time_one(name)
+        done += 1
+        names = still_active(names, done)
+    return done
+
+
 def interleaved(calls: dict, rounds: int, *, timer=None, warmup: int = 1, min_seconds: float = 0.0) -> dict:
     """name -> seconds of each timed run of ``calls[name]()``.
 
     ``warmup`` untimed runs of each come first (JIT compilation, first-touch of buffers). Then at least
-    ``rounds`` rounds, more while the timed rounds have lasted under ``min_seconds``; each round runs every
-    callable once, starting one further along the list each round.
+    ``rounds`` rounds (``rotate``), more while the timed rounds have lasted under ``min_seconds``.
     """
     timer = Timer() if timer is None else timer
     names = list(calls)
@@ -50,12 +64,10 @@ def interleaved(calls: dict, rounds: int, *, timer=None, warmup: int = 1, min_se
         for name in names:
             calls[name]()
     samples = {name: [] for name in names}
-    start, done = timer.now(), 0
-    while names and (done < rounds or timer.now() - start < min_seconds):
-        shift = done % len(names)
-        for name in names[shift:] + names[:shift]:
-            samples[name].append(timer.time(calls[name]))
-        done += 1
+    start = timer.now()
+    if rounds > 0 or min_seconds > 0:
+        rotate(names, lambda name: samples[name].append(timer.time(calls[name])),
+               lambda names, done: names if done < rounds or timer.now() - start < min_seconds else [])
     return samples
 
 

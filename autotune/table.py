@@ -9,8 +9,9 @@ from convalgos import PASSES, ConvParams
 #: the table's counters. ``passes``: pass -> PassInfo; ``layers``: layer -> LayerInfo (shapes.py).
 CacheInfo = namedtuple("CacheInfo", "hits misses entries tuning_seconds passes layers")
 PassInfo = namedtuple("PassInfo", "hits misses entries tuning_seconds")
-#: what ``Tuner.forward_choice`` answers: the algorithm object, the validated layer, and the key's entry.
-Choice = namedtuple("Choice", "algorithm params entry")
+#: what ``Tuner.forward_choice`` answers: the algorithm object, the validated layer, the key's entry, and the
+#: device that runs it (``Tuner.run_choice``).
+Choice = namedtuple("Choice", "algorithm params entry device")
 
 MiB = float(1 << 20)
 

@@ -15,13 +15,15 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
+from dataclasses import dataclass
 
 import numba
 import numpy as np
 
 from convalgos import PASSES, ConvParams
-from convalgos.backend import array_module, from_arrays, to_arrays
-from convalgos.conv import grad_params
+from convalgos.interop import from_arrays, to_arrays
+from convalgos.passes import (backward_data_params, backward_filter_params, batched, check_out, forward_params,
+                              result_array)
 
 from . import cache
 from .devices import DEVICES, device_of
@@ -59,12 +61,26 @@ def _signature(a) -> tuple:
 _PLAIN = (np.ndarray, type(None))
 
 
-def _arrays(*values):
-    """``convalgos.backend.to_arrays``, short-cut when no value needs converting (NumPy arrays and None)."""
+def _arrays(*values, names, activation=True):
+    """``convalgos.interop.to_arrays``, short-cut when no value needs converting (NumPy arrays and None)."""
     for v in values:
         if type(v) not in _PLAIN:
-            return to_arrays(*values)
-    return values, False
+            return to_arrays(*values, names=names, activation=activation)
+    return values, None
+
+
+@dataclass(frozen=True)
+class Call:
+    """What one call signature resolves to, validated once and kept in the memo: the device that owns its
+    arrays, the layer, and its key in the table."""
+
+    device: object
+    params: ConvParams
+    key: Key
+
+    @property
+    def result_shape(self) -> tuple:
+        return self.params.result_shape(self.key.op)
 
 
 class Tuner:
@@ -124,39 +140,66 @@ class Tuner:
 
     # ---- the public calls: convalgos' signatures, the algorithm chosen through the table -------------------
     def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=None):
-        """``convalgos.conv2d`` (torch tensors in, torch tensors out), the algorithm chosen per key."""
-        (x, weight, bias, out), back = _arrays(x, weight, bias, out)
-        found = self._forward_found(x, weight, bias, stride, padding, dilation, groups)
-        return from_arrays(self._dispatch(found, x, weight, out, bias), back)
+        """``convalgos.conv2d`` (torch tensors in, torch tensors out; one unbatched sample too), the algorithm
+        chosen per key."""
+        (x, weight, bias, out), back = _arrays(x, weight, bias, out, names=("x", "weight", "bias", "out"))
+        unbatch = batched("x", x, out=out) if getattr(x, "ndim", 4) != 4 else None
+        if unbatch:
+            x, out = unbatch.add(x), unbatch.add(out)
+        call = self._forward_call(x, weight, bias, stride, padding, dilation, groups)
+        result = self._dispatch(call, x, weight, out, bias)
+        return from_arrays(unbatch.drop(result) if unbatch else result, back)
 
     def forward_choice(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=None,
                        prepared=False):
-        """What ``conv2d`` would run (chosen now on a miss; None for an empty batch), for a caller that runs it
-        itself on a prepared weight (``nn.Conv2d`` in eval mode, with ``prepared=True``: ``Key.prepared``)."""
-        found = self._forward_found(x, weight, bias, stride, padding, dilation, groups, prepared)
-        if found[1].N == 0:
+        """What ``conv2d`` would run on batched ``x`` (chosen now on a miss; None for an empty batch), for a
+        caller that runs it itself on a prepared weight through ``run_choice`` (``nn.Conv2d`` in eval mode, with
+        ``prepared=True``: ``Key.prepared``)."""
+        call = self._forward_call(x, weight, bias, stride, padding, dilation, groups, prepared)
+        if call.params.N == 0:
             return None
-        entry, registry = self._entry(found, x, weight, out)
-        return Choice(registry[entry.algo], found[1], entry)
+        entry, registry = self._entry(call, x, weight, out)
+        return Choice(registry[entry.algo], call.params, entry, call.device)
+
+    def run_choice(self, choice: Choice, x, weight, bias=None, *, out=None, prepared=None):
+        """Run the forward pass as ``choice`` says, on its algorithm's ``prepared`` weight when given. A failure
+        is served as any call's is (``_fall_back``): by the same algorithm on the plain weight when the prepared
+        run failed, then by the next ranked."""
+        try:
+            return choice.device.run(choice.algorithm, "forward", x, weight, choice.params, out, bias,
+                                     prepared=prepared)
+        except Exception as error:  # noqa: BLE001 - another run serves the call
+            return self._fall_back(choice.entry, error, choice.device, self._registry(choice.device),
+                                   ("forward", x, weight, choice.params, out, bias),
+                                   retry=choice.algorithm.name if prepared is not None else None)
 
     def conv2d_input(self, input_shape, weight, grad_output, stride=1, padding=0, dilation=1, groups=1, *,
                      out=None):
         """``convalgos.conv2d_input``: the input's gradient, the algorithm chosen per key (op "backward_data")."""
-        (weight, grad_output, out), back = _arrays(weight, grad_output, out)
-        found = self._found("backward_data", input_shape, grad_output, weight, None, stride, padding, dilation,
-                            groups, lambda: grad_params(input_shape, weight.shape, grad_output, stride, padding,
-                                                        dilation, groups, "weight", weight))
-        return from_arrays(self._dispatch(found, grad_output, weight, out, None), back)
+        (grad_output, weight, out), back = _arrays(grad_output, weight, out, names=("grad_output", "weight", "out"))
+        unbatch = (batched("grad_output", grad_output, input_shape=input_shape, out=out)
+                   if getattr(grad_output, "ndim", 4) != 4 else None)
+        if unbatch:
+            grad_output, out, input_shape = unbatch.add(grad_output), unbatch.add(out), unbatch.add_shape(input_shape)
+        call = self._call("backward_data", input_shape, grad_output, weight, None, stride, padding, dilation,
+                          groups, lambda: backward_data_params(input_shape, weight, grad_output, stride, padding,
+                                                               dilation, groups))
+        result = self._dispatch(call, grad_output, weight, out, None)
+        return from_arrays(unbatch.drop(result) if unbatch else result, back)
 
     def conv2d_weight(self, input, weight_shape, grad_output, stride=1, padding=0, dilation=1, groups=1, *,
                       out=None):
         """``convalgos.conv2d_weight``: the weight's gradient, the algorithm chosen per key (op
         "backward_filter")."""
-        (input, grad_output, out), back = _arrays(input, grad_output, out)
-        found = self._found("backward_filter", weight_shape, input, grad_output, None, stride, padding, dilation,
-                            groups, lambda: grad_params(input.shape, weight_shape, grad_output, stride, padding,
-                                                        dilation, groups, "input", input))
-        return from_arrays(self._dispatch(found, input, grad_output, out, None), back)
+        (input, grad_output, out), back = _arrays(input, grad_output, out, names=("input", "grad_output", "out"),
+                                                  activation=False)
+        if getattr(input, "ndim", 4) != 4:
+            unbatch = batched("input", input, grad_output=grad_output)
+            input, grad_output = unbatch.add(input), unbatch.add(grad_output)
+        call = self._call("backward_filter", weight_shape, input, grad_output, None, stride, padding, dilation,
+                          groups, lambda: backward_filter_params(input, weight_shape, grad_output, stride,
+                                                                 padding, dilation, groups))
+        return from_arrays(self._dispatch(call, input, grad_output, out, None), back)
 
     def dispatch_table(self) -> DispatchTable:
         self._load_cache_once()
@@ -191,61 +234,61 @@ class Tuner:
             self._notes = [n for n in self._notes if not n.startswith(f"{path}:")] + notes
 
     # ---- one call ----------------------------------------------------------------------------------------
-    def _forward_found(self, x, weight, bias, stride, padding, dilation, groups, prepared=False) -> tuple:
-        return self._found("forward", None, x, weight, bias, stride, padding, dilation, groups, lambda: (
-            ConvParams.from_arrays(x, weight, bias, stride=stride, padding=padding, dilation=dilation,
-                                   groups=groups)), bool(prepared))
+    def _forward_call(self, x, weight, bias, stride, padding, dilation, groups, prepared=False) -> Call:
+        return self._call("forward", None, x, weight, bias, stride, padding, dilation, groups, lambda: (
+            forward_params(x, weight, bias, stride, padding, dilation, groups)), bool(prepared))
 
-    def _found(self, op, spec, a, b, bias, stride, padding, dilation, groups, validate, prepared=False) -> tuple:
-        """(device, layer, key, result shape) of a call: from the memo, else validated and remembered."""
+    def _call(self, op, spec, a, b, bias, stride, padding, dilation, groups, validate, prepared=False) -> Call:
+        """The call's device, layer and key: from the memo, else validated and remembered."""
         try:
             memo = (op, spec, _signature(a), _signature(b), None if bias is None else _signature(bias), stride,
                     padding, dilation, groups, self.deterministic, numba.get_num_threads(), prepared)
-            found = self._memo.get(memo)
+            call = self._memo.get(memo)
         except (TypeError, AttributeError):     # unhashable arguments or non-arrays: validate() says what is wrong
-            memo = found = None
-        if found is None:
+            memo = call = None
+        if call is None:
             p = validate()
             device = device_of(a, self.devices)
-            key = Key(p, device.layout(a), device.name, self.deterministic, device.threads(), op, prepared)
-            found = device, p, key, p.result_shape(op)
+            call = Call(device, p, Key(p, device.layout(a), device.name, self.deterministic, device.threads(), op,
+                                       prepared))
             if memo is not None:
-                self._memo[memo] = found
-        return found
+                self._memo[memo] = call
+        return call
 
-    def _dispatch(self, found, a, b, out, bias):
-        device, p, key, shape = found
-        if out is not None and (tuple(out.shape) != shape or out.dtype != a.dtype):
-            raise ValueError(f"out must be a {a.dtype} array of shape {shape}, got {out.dtype} of shape "
-                             f"{tuple(out.shape)}")
-        if p.N == 0:
-            result = array_module(a).zeros(shape, a.dtype) if out is None else out
-            result[...] = 0
-            return result
-        entry, registry = self._entry(found, a, b, out)
+    def _dispatch(self, call: Call, a, b, out, bias):
+        check_out(out, call.result_shape, a.dtype)
+        if call.params.N == 0:
+            return result_array(call.device.xp, call.params, call.key.op, a.dtype, out)
+        entry, registry = self._entry(call, a, b, out)
         try:
-            return device.run(registry[entry.algo], key.op, a, b, p, out, bias)
+            return call.device.run(registry[entry.algo], call.key.op, a, b, call.params, out, bias)
         except Exception as error:  # noqa: BLE001 - the next ranked algorithm serves the call
-            return self._fall_back(entry, error, device, registry, (key.op, a, b, p, out, bias))
+            return self._fall_back(entry, error, call.device, registry, (call.key.op, a, b, call.params, out, bias))
 
-    def _entry(self, found, a, b, out) -> tuple:
+    def _registry(self, device) -> dict:
+        return device.algorithms if self.algorithms is None else self.algorithms
+
+    def _entry(self, call: Call, a, b, out) -> tuple:
         """(the key's entry, chosen now on a miss; the registry its name is in)."""
-        device, _, key, _ = found
         if not self._cache_loaded:
             self._load_cache_once()
-        registry = device.algorithms if self.algorithms is None else self.algorithms
-        return self._lookup(key, registry) or self._miss(key, a, b, device, registry, out), registry
+        registry = self._registry(call.device)
+        return self._lookup(call.key, registry) or self._miss(call.key, a, b, call.device, registry, out), registry
 
-    def _fall_back(self, entry: Entry, error, device, registry, call):
-        """The chosen algorithm failed at a call: the next ranked that runs serves it, and becomes the choice."""
+    def _fall_back(self, entry: Entry, error, device, registry, call, retry=None):
+        """The chosen algorithm failed at a call: the next ranked that runs serves it, and becomes the choice
+        (``retry``: an algorithm to try first, as it is: the choice itself, after its prepared run failed)."""
         failed, tried = entry.algo, [entry.algo]
-        for name in [n for n in entry.ranked if n != failed and n in registry]:
+        first = [retry] if retry is not None else []
+        for name in first + [n for n in entry.ranked if n != failed and n in registry]:
             device.release(registry[tried[-1]])
             try:
                 result = device.run(registry[name], *call)
             except Exception:  # noqa: BLE001 - try the next one
                 tried.append(name)
                 continue
+            if name == failed:
+                return result
             with self._lock:
                 entry.skipped[failed] = f"failed at a call ({type(error).__name__}: {error}); {name} serves instead"
                 entry.algo = name

@@ -37,9 +37,8 @@
 from __future__ import annotations
 
 from convalgos import UnsupportedError
-from convalgos.backend import array_module
 
-from .measure import ReferenceCheck, choose, median, noise, without_spikes
+from .measure import ReferenceCheck, choose, median, noise, rotate, without_spikes
 from .table import Entry, Key, MiB
 
 
@@ -98,7 +97,7 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     p, op = key.params, key.op
     checker = ReferenceCheck(op, device.host(a), device.host(b), p)
     if out is None:
-        out = array_module(a).empty(p.result_shape(op), a.dtype)          # the race's output (step 1)
+        out = device.xp.empty(p.result_shape(op), a.dtype)                # the race's output (step 1)
     calls = {}
     for name in ranked:
         algorithm, form = registry[name], []
@@ -218,18 +217,16 @@ class Race:
         self.spent += seconds
 
     def _rounds(self, active: list) -> None:
-        done = 0
-        while active:
-            shift = done % len(active)
-            for name in active[shift:] + active[:shift]:
-                self._time(name)
-            done += 1
-            if not self.samples:
-                return
-            leader = self.leader()
-            best = self.typical(leader)
-            over = self.spent >= min(self.s.time_budget, self.s.cost_cap * best)
-            active = [n for n in active if n in self.samples and self._continues(n, leader, best, over)]
+        rotate(active, self._time, self._still_active)
+
+    def _still_active(self, active: list, done: int) -> list:
+        """After a round: the candidates that run another (``_continues``)."""
+        if not self.samples:
+            return []
+        leader = self.leader()
+        best = self.typical(leader)
+        over = self.spent >= min(self.s.time_budget, self.s.cost_cap * best)
+        return [n for n in active if n in self.samples and self._continues(n, leader, best, over)]
 
     def _continues(self, name: str, leader: str, best: float, over: bool) -> bool:
         runs, evidence = self.samples[name], self._evidence(name)

@@ -151,12 +151,14 @@ def dispatch_overhead(rounds: int) -> dict:
     layer_args = (p.stride, p.padding, p.dilation, p.groups)
     rng = np.random.default_rng(5)
     x, w, dy = (rng.standard_normal(s).astype(p.dtype) for s in (p.in_shape, p.weight_shape, p.out_shape))
-    calls = {"forward": ("conv2d", (x, w, None) + layer_args, (x, w)),
-             "backward_data": ("conv2d_input", (p.in_shape, w, dy) + layer_args, (dy, w)),
-             "backward_filter": ("conv2d_weight", (x, p.weight_shape, dy) + layer_args, (x, dy))}
-    results, tuner = {}, autotune.Tuner(benchmark=True)
-    for op, (name, args, operands_) in calls.items():
-        ours, theirs = getattr(tuner, name), getattr(convalgos, name)
+    tuner = autotune.Tuner(benchmark=True)
+    calls = {"forward": (tuner.conv2d, convalgos.conv2d, (x, w, None) + layer_args, (x, w)),
+             "backward_data": (tuner.conv2d_input, convalgos.conv2d_input, (p.in_shape, w, dy) + layer_args,
+                               (dy, w)),
+             "backward_filter": (tuner.conv2d_weight, convalgos.conv2d_weight, (x, p.weight_shape, dy) + layer_args,
+                                 (x, dy))}
+    results = {}
+    for op, (ours, theirs, args, operands_) in calls.items():
         ours(*args)                                                # tunes the key: the calls below hit it
         algo = next(e.algo for e in tuner.dispatch_table() if e.key.op == op)
         samples = measure.interleaved(

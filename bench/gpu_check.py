@@ -43,7 +43,7 @@ import numpy as np  # noqa: E402
 import convalgos  # noqa: E402
 from convalgos import ConvParams, reference  # noqa: E402
 from convalgos import cuda as gpu  # noqa: E402
-from convalgos.backend import simulator_enabled  # noqa: E402
+from convalgos.arrays import simulator_enabled  # noqa: E402
 from autotune.measure import interleaved, median  # noqa: E402
 
 RESULTS = Path(__file__).parent / "results"
@@ -98,22 +98,20 @@ TIMING_LAYERS = {  # distinct conv layers, 224x224 input
 
 
 class Device:
-    """The array module, the tuner's device and its timer: CuPy and CUDA events on a GPU, NumPy and wall time
-    in the simulator."""
+    """The tuner's device (``autotune.devices``: convalgos' CUDA backend, or the simulator's stand-in), its array
+    module and timer: CuPy and CUDA events on a GPU, NumPy and wall time in the simulator."""
 
     def __init__(self):
         from autotune.devices import GpuDevice, SimulatedGpuDevice
+        self.tuner_device = SimulatedGpuDevice() if simulator_enabled() else GpuDevice()
+        self.xp, self.timer = self.tuner_device.xp, self.tuner_device.timer
         if simulator_enabled():
-            self.xp, self.name, self.tuner_device = np, "Numba CUDA simulator", SimulatedGpuDevice()
-            self.rounds, self.min_seconds = SIM_ROUNDS, 0.0
+            self.name, self.rounds, self.min_seconds = "Numba CUDA simulator", SIM_ROUNDS, 0.0
         else:
-            import cupy
-            self.xp, self.tuner_device = cupy, GpuDevice()
-            props = cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
+            props = self.xp.cuda.runtime.getDeviceProperties(self.xp.cuda.Device().id)
             name = props["name"].decode() if isinstance(props["name"], bytes) else props["name"]
             self.name = f"{name} (compute capability {props['major']}.{props['minor']})"
             self.rounds, self.min_seconds = ROUNDS, MIN_SECONDS
-        self.timer = self.tuner_device.timer
 
     def asarray(self, a):
         return self.xp.asarray(a)
@@ -167,7 +165,7 @@ def check_correctness(dev: Device, grid: dict) -> list[dict]:
                     rows.append(dict(row, status="unsupported", note=support.reason))
                     continue
                 try:
-                    y = dev.host(gpu.conv2d(dx, dw, db, **s["kw"], algo=name))
+                    y = dev.host(convalgos.conv2d(dx, dw, db, **s["kw"], algo=name, backend="cuda"))
                     err = reference.normwise_error(y, ref)
                     ok = y.dtype == np.dtype(dtype) and err <= row["tol"]
                     rows.append(dict(row, error=err, status="ok" if ok else "FAIL", note=""))
@@ -210,7 +208,7 @@ def candidates(dev: Device, s: dict, x, w, out, row: dict) -> dict:
         if not support:
             row["notes"][name] = support.reason
             continue
-        calls[name] = functools.partial(gpu.conv2d, x, w, **s["kw"], algo=name, out=out)
+        calls[name] = functools.partial(convalgos.conv2d, x, w, **s["kw"], algo=name, out=out, backend="cuda")
     tuner = Tuner(devices=[dev.tuner_device], benchmark=True)
     calls["autotune"] = functools.partial(tuner.conv2d, x, w, **s["kw"], out=out)
     for label, bench_on in (("cudnn", False), ("cudnn.benchmark", True)):
@@ -345,7 +343,7 @@ def main(argv=None) -> int:
     start = time.perf_counter()
     gpu_missing = None
     try:
-        from convalgos.backend import require_gpu
+        from convalgos.arrays import require_gpu
         require_gpu()
     except Exception as e:
         gpu_missing = str(e)

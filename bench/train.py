@@ -43,8 +43,6 @@ from .train_report import ABANDON, report
 NETS = [("LeNet-5 b64", "lenet5", 64), ("ResNet-20 b32", "resnet20", 32)]
 QUICK = [("LeNet-5 b4", "lenet5", 4), ("ResNet-20 b2", "resnet20", 2)]
 SGD = dict(lr=0.1, momentum=0.9, weight_decay=5e-4)
-#: convalgos/autotune pass function -> pass name.
-PASS_OF = {"conv2d": "forward", "conv2d_input": "backward_data", "conv2d_weight": "backward_filter"}
 
 
 class LayerClock:
@@ -56,20 +54,20 @@ class LayerClock:
     def __init__(self, tuner, layer: str, log):
         self.tuner, self.layer, self.log = tuner, layer, log
 
-    def _clocked(self, name, args, kwargs):
+    def _clocked(self, op, run, args, kwargs):
         start = self.clock.now()
-        result = getattr(self.tuner, name)(*args, **kwargs)
-        self.log[(self.layer, PASS_OF[name])].append(self.clock.now() - start)
+        result = run(*args, **kwargs)
+        self.log[(self.layer, op)].append(self.clock.now() - start)
         return result
 
     def conv2d(self, *args, **kwargs):
-        return self._clocked("conv2d", args, kwargs)
+        return self._clocked("forward", self.tuner.conv2d, args, kwargs)
 
     def conv2d_input(self, *args, **kwargs):
-        return self._clocked("conv2d_input", args, kwargs)
+        return self._clocked("backward_data", self.tuner.conv2d_input, args, kwargs)
 
     def conv2d_weight(self, *args, **kwargs):
-        return self._clocked("conv2d_weight", args, kwargs)
+        return self._clocked("backward_filter", self.tuner.conv2d_weight, args, kwargs)
 
 
 class Step:

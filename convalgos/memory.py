@@ -1,4 +1,8 @@
-"""Memory: the workspace cap every algorithm is held to, and the buffers an algorithm keeps between calls."""
+"""Memory: the workspace cap every algorithm is held to, and the buffers an algorithm keeps between calls.
+
+The cap is per backend: a CPU algorithm's workspace comes out of host memory, a GPU algorithm's out of the
+device's (a quarter of what is free on the current device when asked). A cap the user sets applies to both.
+"""
 from __future__ import annotations
 
 import os
@@ -26,10 +30,23 @@ def _memory_bytes() -> int:
 _cap = {"bytes": None}
 
 
-def workspace_cap() -> int:
-    """The most workspace any one algorithm may need for a layer: ``set_workspace_cap(bytes)``, else the
-    environment variable CONVALGOS_WORKSPACE_CAP (bytes), else a quarter of the memory this process may use
-    (physical memory, or the RLIMIT_AS address-space limit when lower)."""
+def _device_free_bytes() -> int:
+    """Free memory on the current CUDA device, counting what CuPy's pool holds free for reuse as free (under
+    the simulator, or without CuPy: host memory)."""
+    from .arrays import cupy_available
+    if not cupy_available():
+        return _memory_bytes()
+    import cupy
+    free, _ = cupy.cuda.runtime.memGetInfo()
+    pool = cupy.get_default_memory_pool()
+    return int(free + pool.free_bytes())
+
+
+def workspace_cap(backend: str = "cpu") -> int:
+    """The most workspace any one algorithm of ``backend`` ("cpu" or "cuda") may need for a layer:
+    ``set_workspace_cap(bytes)``, else the environment variable CONVALGOS_WORKSPACE_CAP (bytes), else a quarter
+    of the memory it draws on: for the CPU what this process may use (physical memory, or the RLIMIT_AS
+    address-space limit when lower), for the GPU what is free on the current device."""
     if _cap["bytes"] is not None:
         return _cap["bytes"]
     env = os.environ.get("CONVALGOS_WORKSPACE_CAP")
@@ -38,11 +55,14 @@ def workspace_cap() -> int:
             return int(env)
         except ValueError:
             raise ValueError(f"CONVALGOS_WORKSPACE_CAP must be a number of bytes, got {env!r}") from None
-    return _memory_bytes() // 4
+    if backend not in ("cpu", "cuda"):
+        raise ValueError(f"backend must be 'cpu' or 'cuda', got {backend!r}")
+    return (_memory_bytes() if backend == "cpu" else _device_free_bytes()) // 4
 
 
 def set_workspace_cap(nbytes) -> None:
-    """Cap every algorithm's workspace at ``nbytes`` (None: back to the default of ``workspace_cap``)."""
+    """Cap every algorithm's workspace, CPU and GPU, at ``nbytes`` (None: back to the defaults of
+    ``workspace_cap``)."""
     if nbytes is not None and (isinstance(nbytes, bool) or not isinstance(nbytes, (int, np.integer))
                                or nbytes < 0):
         raise ValueError(f"nbytes must be None or an int >= 0, got {nbytes!r}")

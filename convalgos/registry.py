@@ -25,8 +25,10 @@ is nothing to prepare (the default; backward_filter reads no weight). An algorit
 the hook ``prepare_weight`` (and ``prepared_for`` when its form depends on more of the layer), and its weight
 passes take a keyword ``prepared=None``.
 
-``ALGORITHMS`` is the CPU registry; ``convalgos.cuda.ALGORITHMS`` is the GPU one, where an algorithm's GPU twin
-sits under the same name and answers the same questions for itself.
+A ``Registry`` is one backend's algorithms by name. Both are listed explicitly, above the families:
+``convalgos.algorithms.ALGORITHMS`` (the CPU's, ``convalgos.ALGORITHMS``) and ``convalgos.cuda.ALGORITHMS``,
+where an algorithm's GPU twin sits under the same name and answers the same questions for itself. A user's own
+algorithm joins with ``register`` and leaves with ``unregister``.
 """
 from __future__ import annotations
 
@@ -35,7 +37,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from .backend import array_module
+from .arrays import array_module
 from .memory import GiB, Workspace, workspace_cap
 from .params import ConvParams
 
@@ -43,6 +45,9 @@ from .params import ConvParams
 PASSES = ("forward", "backward_data", "backward_filter")
 #: the passes that read the weight: the ones a prepared form can serve.
 WEIGHT_PASSES = ("forward", "backward_data")
+#: torch's name of each pass (``torch.nn.functional.conv2d``, ``torch.nn.grad.conv2d_input``/``conv2d_weight``,
+#: which are also convalgos' and autotune's function names) -> the pass.
+OP_OF = {"conv2d": "forward", "conv2d_input": "backward_data", "conv2d_weight": "backward_filter"}
 
 
 class Support:
@@ -119,13 +124,16 @@ class Algorithm(abc.ABC):
     backward passes their idea applies to, and state their constraints, workspace and FLOPs per pass.
 
     ``deterministic``: the result is bitwise repeatable run to run (same input, same thread count).
-    ``tolerance``: normwise error max|y - ref| / max|ref| allowed against the float64 reference, per dtype
-    (``tolerance_of`` may widen it for a pass, e.g. backward-filter's long sums).
+    ``tolerance``: normwise error max|y - ref| / max|ref| allowed against the float64 reference, per dtype;
+    ``tolerances``, when set, gives it per pass (pass -> dtype -> error), as Winograd's grow with the tile.
     """
 
     name: str = ""
+    #: the backend whose arrays it computes on, and whose memory its workspace comes out of ("cpu" or "cuda").
+    backend: str = "cpu"
     deterministic: bool = True
     tolerance: dict[str, float] = {"float16": 2e-3, "float32": 5e-6, "float64": 1e-12}
+    tolerances: dict[str, dict[str, float]] | None = None
 
     def __init__(self):
         self.workspace = Workspace()
@@ -143,7 +151,7 @@ class Algorithm(abc.ABC):
         support = self.constraints(p, op)
         if not support:
             return support
-        need, cap = self.workspace_bytes(p, op), workspace_cap()
+        need, cap = self.workspace_bytes(p, op), workspace_cap(self.backend)
         if need > cap:
             return unsupported(f"needs {need / GiB:.2f} GiB of workspace, over the cap of {cap / GiB:.2f} GiB "
                                f"(convalgos.set_workspace_cap(bytes) or CONVALGOS_WORKSPACE_CAP to change it)")
@@ -160,7 +168,8 @@ class Algorithm(abc.ABC):
         return p.flops
 
     def tolerance_of(self, op: str, dtype: str) -> float:
-        return self.tolerance[dtype]
+        """The normwise error allowed for pass ``op`` in ``dtype`` (``tolerances``, else ``tolerance``)."""
+        return (self.tolerances[op] if self.tolerances else self.tolerance)[dtype]
 
     # ---- prepared weights (module docstring) ---------------------------------------------------------------
     def prepares(self, op: str = "forward") -> bool:
@@ -218,25 +227,45 @@ class Algorithm(abc.ABC):
         return f"<algorithm {self.name}>"
 
 
-#: name -> algorithm, in registration order (the order the tests and the autotuner see them).
-ALGORITHMS: "OrderedDict[str, Algorithm]" = OrderedDict()
+class Registry(OrderedDict):
+    """One backend's algorithms: name -> Algorithm, in the order the tests and the autotuner see them. A name
+    it does not hold raises a ValueError that lists the names it does."""
 
+    def __init__(self, backend: str, algorithms=()):
+        super().__init__()
+        self.backend = backend
+        for algorithm in algorithms:
+            self.register(algorithm)
 
-def register(algorithm: Algorithm) -> Algorithm:
-    if not algorithm.name or algorithm.name in ALGORITHMS:
-        raise ValueError(f"algorithm name must be new and non-empty, got {algorithm.name!r}")
-    ALGORITHMS[algorithm.name] = algorithm
-    return algorithm
+    def register(self, algorithm: Algorithm) -> Algorithm:
+        """Add ``algorithm`` under its name (a name already here is refused, never replaced)."""
+        if not isinstance(algorithm, Algorithm):
+            raise TypeError(f"algorithm must be a convalgos.Algorithm, got {type(algorithm).__name__}")
+        name = algorithm.name
+        if not isinstance(name, str) or not name:
+            raise ValueError(f"algorithm name must be a non-empty string, got {name!r}")
+        if name in self:
+            raise ValueError(f"an algorithm named {name!r} is already registered for {self.backend} "
+                             f"({self[name]!r}); unregister it first or choose another name")
+        if algorithm.backend != self.backend:
+            raise ValueError(f"{name} computes on {algorithm.backend!r} arrays; this is the {self.backend!r} "
+                             "registry")
+        self[name] = algorithm
+        return algorithm
 
+    def unregister(self, name: str) -> Algorithm:
+        """Remove and return the algorithm named ``name``."""
+        algorithm = self.get_algorithm(name)
+        del self[name]
+        return algorithm
 
-def get_algorithm(name: str) -> Algorithm:
-    try:
-        return ALGORITHMS[name]
-    except (KeyError, TypeError):
-        raise ValueError(f"algo must be one of {list(ALGORITHMS)}, got {name!r}") from None
+    def get_algorithm(self, name: str) -> Algorithm:
+        try:
+            return self[name]
+        except (KeyError, TypeError):
+            raise ValueError(f"algo must be one of {list(self)}, got {name!r}") from None
 
-
-def release_workspaces() -> None:
-    """Free every algorithm's kept workspace."""
-    for algorithm in ALGORITHMS.values():
-        algorithm.release()
+    def release_workspaces(self) -> None:
+        """Free every algorithm's kept workspace."""
+        for algorithm in self.values():
+            algorithm.release()

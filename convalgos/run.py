@@ -13,8 +13,9 @@ from __future__ import annotations
 
 import numpy as np
 
-from .backend import array_module
+from .arrays import array_module
 from .params import ConvParams
+from .passes import result_array
 from .registry import check_pass
 
 
@@ -30,10 +31,8 @@ def run(algorithm, op: str, a, b, p: ConvParams, out=None, bias=None, prepared=N
         raise ValueError(f"the second operand of {op} is None, and no prepared form was given")
     xp, cdt = array_module(a), np.dtype(p.compute_dtype)
     shape = p.result_shape(op)
-    if out is None:
-        out = xp.empty(shape, dtype=a.dtype)
+    out = result_array(xp, p, op, a.dtype, out)
     if p.N == 0:
-        out[...] = 0
         return out
     direct_out = out.dtype == cdt and out.flags.c_contiguous
     result = out if direct_out else algorithm.workspace.get(f"run.{op}", shape, cdt, xp=xp)

@@ -11,7 +11,7 @@ import convalgos
 from autotune.__main__ import main
 from autotune.profile import summary
 from autotune.cache import cpu_model
-from convalgos.backend import cupy_available
+from convalgos.arrays import cupy_available
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 #: distinct conv layers (ConvParams) of each model at any batch and input size.

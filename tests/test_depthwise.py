@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, reference
-from convalgos.depthwise import CHANNELS_LAST_MIN_C, channels_last, data_tables
+from convalgos.depthwise.cpu import CHANNELS_LAST_MIN_C, channels_last, data_tables
 from convalgos.reference import normwise_error
 from test_direct import check_backward
 

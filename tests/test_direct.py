@@ -7,9 +7,11 @@ from hypothesis import strategies as st
 
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, reference
-from convalgos.direct import data_phases, data_plane, phase_plane, rows_per_item
-from convalgos.direct_kernels import BLOCK, channel_block, channel_blocks, used_phases
-from convalgos.simd import REGISTER_BYTES
+from convalgos.direct.cpu import phase_plane, rows_per_item
+from convalgos.kernels.phases import data_phases, data_plane
+from convalgos.direct.kernels import used_phases
+from convalgos.kernels.blocks import BLOCK, channel_block, channel_blocks
+from convalgos.kernels.simd import REGISTER_BYTES
 from convalgos.reference import normwise_error
 from layers import conv_kwargs, layers, params_of
 

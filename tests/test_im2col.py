@@ -10,9 +10,9 @@ from hypothesis import strategies as st
 
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, reference
-from convalgos.im2col import (Im2col, is_zero_copy, patch_bytes_per_image, patch_bytes_per_row,
+from convalgos.im2col.cpu import (Im2col, is_zero_copy, patch_bytes_per_image, patch_bytes_per_row,
                               product_bytes_per_image, scatter_adds)
-from convalgos.im2col_kernels import col2im, fill_patches
+from convalgos.im2col.kernels import col2im, fill_patches
 from convalgos.reference import normwise_error
 from layers import conv_kwargs, layers, params_of
 

@@ -7,7 +7,7 @@ from hypothesis import HealthCheck, given, settings
 
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, PASSES, reference
-from convalgos.implicit_gemm import is_flat, valid_taps
+from convalgos.implicit_gemm.cpu import is_flat, valid_taps
 from convalgos.reference import normwise_error
 from layers import layers, params_of
 
@@ -146,7 +146,7 @@ def test_all_three_passes_equal_torch(kw):
 @pytest.mark.parametrize("kw", [dict(padding=((2, 0), (1, 1))), dict(stride=2, padding=1)])
 def test_row_blocks_of_one_and_three_rows(monkeypatch, op, kw):
     """Work items of 1 and of 3 rows (not dividing the plane) give the reference, on both paths."""
-    from convalgos import implicit_gemm
+    from convalgos.implicit_gemm import cpu as implicit_gemm
     p = ConvParams.from_shapes((2, 4, 8, 7), (6, 2, 3, 3), groups=2, **kw)
     for rows in (1, 3):
         monkeypatch.setattr(implicit_gemm, "SEGMENT", rows * 7)

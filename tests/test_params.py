@@ -54,7 +54,8 @@ def test_float16_computes_in_float32():
 
 
 @pytest.mark.parametrize("kwargs, x_shape, w_shape, match", [
-    ({}, (4, 8, 8), (6, 4, 3, 3), r"x must be 4-D .* got shape \(4, 8, 8\)"),
+    ({}, (8, 8), (6, 4, 3, 3), r"x must be 3-D \(one sample\) or 4-D \(a batch\), got shape \(8, 8\)"),
+    ({}, (1, 1, 4, 8, 8), (6, 4, 3, 3), r"x must be 3-D .* or 4-D .* got shape \(1, 1, 4, 8, 8\)"),
     ({}, (1, 4, 8, 8), (6, 4, 3), r"weight must be 4-D .* got shape \(6, 4, 3\)"),
     ({}, (1, 5, 8, 8), (6, 4, 3, 3), r"channel mismatch: x has C=5"),
     ({"groups": 3}, (1, 4, 8, 8), (6, 2, 3, 3), r"groups=3 does not divide the input channels C=4"),
@@ -98,7 +99,7 @@ def test_mismatched_dtypes_and_bias():
         convalgos.conv2d(x, w, np.zeros(5, np.float32))
     with pytest.raises(TypeError, match="bias dtype must match x"):
         convalgos.conv2d(x, w, np.zeros(6, np.float64))
-    with pytest.raises(TypeError, match="x must be an array, got list"):
+    with pytest.raises(TypeError, match=r"x must be an array \(NumPy, CuPy, or a torch tensor\), got .*list"):
         convalgos.conv2d([[1.0]], w)
 
 

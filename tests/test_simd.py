@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from convalgos.simd import REGISTER_BYTES, fma, lanes, load, splat, store, total, zeros
+from convalgos.kernels.simd import REGISTER_BYTES, fma, lanes, load, splat, store, total, zeros
 
 
 @njit

@@ -7,11 +7,11 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 
 import convalgos
-import convalgos.winograd
+import convalgos.winograd.cpu
 from convalgos import ALGORITHMS, ConvParams, reference
-from convalgos.cooktoom import cook_toom, default_points, identity_holds
+from convalgos.winograd.cooktoom import cook_toom, default_points, identity_holds
 from convalgos.reference import normwise_error
-from convalgos.winograd import Winograd
+from convalgos.winograd.cpu import Winograd
 from layers import layers
 
 NAMES = ["winograd_2x2", "winograd_4x4", "winograd_6x6"]
@@ -101,7 +101,7 @@ def test_multiplies_are_counted_as_done_and_drop_against_direct(name, op, shape,
     algo = ALGORITHMS[name]
     p = ConvParams.from_shapes(*shape, padding=1, groups=groups)
     counting = CountingNumpy()
-    monkeypatch.setattr(convalgos.winograd, "np", counting)
+    monkeypatch.setattr(convalgos.winograd.cpu, "np", counting)
     algo.release()
     getattr(algo, op)(*operands(p, op), p, np.empty(p.result_shape(op), np.float32))
     tiled = (p.H, p.W) if op == "backward_data" else p.out_hw           # dx's tiles, else y's (dy's)

@@ -8,7 +8,7 @@ from hypothesis import HealthCheck, given, settings
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, reference
 from convalgos.reference import normwise_error
-from convalgos.simd import REGISTER_BYTES
+from convalgos.kernels.simd import REGISTER_BYTES
 from layers import layers
 
 FUSED = ALGORITHMS["winograd_fused_4x4"]

@@ -6,12 +6,13 @@ Forward ``y = conv(x, w) + b``; backward, given dy (``torch.nn.grad``'s names):
 - weight gradient  dw = conv2d_weight(x, w.shape, dy)  (backward-filter)
 - bias gradient    db = dy summed over N, H and W      (a plain sum: no algorithm to choose)
 
-``Conv2d.algo`` picks who computes each pass: ``None`` (the default) asks the autotuner (the module-level
-one, or the layer's ``tuner``), which tunes each pass under its own key; an algorithm name forces
-``convalgos.conv2d / conv2d_input / conv2d_weight(..., algo=name)``; ``"reference"`` forces the float64
-reference (its outputs are float64, and so is everything downstream); a callable with ``conv2d``'s signature
-(e.g. a wrapper of torch's) computes the forward pass only. ``use_algorithm`` sets it on every conv of a model
-for the length of a ``with`` block.
+``Conv2d.algo`` picks who computes each pass (``passes()``, an object with the three methods): ``None`` (the
+default) asks the autotuner (``autotune.default_tuner()``, or the layer's ``tuner``), which tunes each pass
+under its own key; an algorithm name forces ``convalgos.conv2d / conv2d_input / conv2d_weight(...,
+algo=name)`` (``Forced``); ``"reference"`` forces the float64 reference (``ReferencePasses``: its outputs are
+float64, and so is everything downstream); a callable with ``conv2d``'s signature (e.g. a wrapper of torch's)
+computes the forward pass only (``ForwardOnly``). ``use_algorithm`` sets it on every conv of a model for the
+length of a ``with`` block.
 
 In eval mode a conv may prepare its weights, fold the following BatchNorm in, apply its epilogue (bias,
 shortcut, ReLU) in place and keep its output buffer: ``inference.py`` says how and when, and how the weights
@@ -35,26 +36,59 @@ from .module import Module, channel_sum, he_normal, pair
 REFERENCE = "reference"
 
 
-def _reference_input(input_shape, weight, grad_output, stride, padding, dilation, groups):
-    p = ConvParams.from_shapes(input_shape, weight.shape, stride=stride, padding=padding, dilation=dilation,
-                               groups=groups, dtype=np.float64)
-    return reference.backward_data(grad_output, weight, p)
+class ReferencePasses:
+    """The three passes by the float64 reference (``Conv2d.algo = "reference"``)."""
+
+    @staticmethod
+    def conv2d(x, weight, bias, stride, padding, dilation, groups, out=None):
+        as64 = (lambda a: None if a is None else a.astype(np.float64))
+        return reference.conv2d(as64(x), as64(weight), as64(bias), stride, padding, dilation, groups)
+
+    @staticmethod
+    def conv2d_input(input_shape, weight, grad_output, stride, padding, dilation, groups):
+        p = ConvParams.from_shapes(input_shape, weight.shape, stride=stride, padding=padding, dilation=dilation,
+                                   groups=groups, dtype=np.float64)
+        return reference.backward_data(grad_output, weight, p)
+
+    @staticmethod
+    def conv2d_weight(input, weight_shape, grad_output, stride, padding, dilation, groups):
+        p = ConvParams.from_shapes(input.shape, weight_shape, stride=stride, padding=padding, dilation=dilation,
+                                   groups=groups, dtype=np.float64)
+        return reference.backward_filter(input, grad_output, p)
 
 
-def _reference_weight(input, weight_shape, grad_output, stride, padding, dilation, groups):
-    p = ConvParams.from_shapes(input.shape, weight_shape, stride=stride, padding=padding, dilation=dilation,
-                               groups=groups, dtype=np.float64)
-    return reference.backward_filter(input, grad_output, p)
+class Forced:
+    """The three passes by one named algorithm of convalgos (``Conv2d.algo = name``)."""
+
+    def __init__(self, name: str):
+        self.name = name
+
+    def conv2d(self, x, weight, bias, stride, padding, dilation, groups, out=None):
+        return convalgos.conv2d(x, weight, bias, stride, padding, dilation, groups, algo=self.name, out=out)
+
+    def conv2d_input(self, input_shape, weight, grad_output, stride, padding, dilation, groups):
+        return convalgos.conv2d_input(input_shape, weight, grad_output, stride, padding, dilation, groups,
+                                      algo=self.name)
+
+    def conv2d_weight(self, input, weight_shape, grad_output, stride, padding, dilation, groups):
+        return convalgos.conv2d_weight(input, weight_shape, grad_output, stride, padding, dilation, groups,
+                                       algo=self.name)
 
 
-def _reference_forward(x, weight, bias, stride, padding, dilation, groups):
-    as64 = (lambda a: None if a is None else a.astype(np.float64))
-    return reference.conv2d(as64(x), as64(weight), as64(bias), stride, padding, dilation, groups)
+class ForwardOnly:
+    """A callable with ``conv2d``'s signature as the forward pass (``Conv2d.algo = fn``); no backward."""
 
+    def __init__(self, fn):
+        self.fn = fn
 
-#: pass function name (convalgos' and autotune's) -> the float64 reference with the same signature.
-_REFERENCE_PASSES = {"conv2d": _reference_forward, "conv2d_input": _reference_input,
-                     "conv2d_weight": _reference_weight}
+    def conv2d(self, x, weight, bias, stride, padding, dilation, groups, out=None):
+        return self.fn(x, weight, bias, stride, padding, dilation, groups)
+
+    def conv2d_input(self, *args):
+        raise TypeError(f"Conv2d.algo={self.fn!r} is a callable, which computes the forward pass only; the "
+                        "backward passes need algo=None, an algorithm name or 'reference'")
+
+    conv2d_weight = conv2d_input
 
 
 class Conv2d(Module):
@@ -83,19 +117,18 @@ class Conv2d(Module):
     def _layer(self):
         return self.stride, self.padding, self.dilation, self.groups
 
-    def _pass(self, name: str, *args, out=None):
-        """Run pass ``name`` ("conv2d", "conv2d_input" or "conv2d_weight") by whoever ``algo`` names."""
-        into = {} if out is None else {"out": out}
+    def dispatcher(self):
+        """The Tuner this layer's passes go through when ``algo`` is None."""
+        return autotune.default_tuner() if self.tuner is None else self.tuner
+
+    def passes(self):
+        """Who computes this layer's passes, as ``algo`` says: an object with ``conv2d``, ``conv2d_input`` and
+        ``conv2d_weight`` (module docstring)."""
         if self.algo is None:
-            return getattr(autotune if self.tuner is None else self.tuner, name)(*args, **into)
+            return self.dispatcher()
         if isinstance(self.algo, str):
-            if self.algo == REFERENCE:
-                return _REFERENCE_PASSES[name](*args)
-            return getattr(convalgos, name)(*args, algo=self.algo, **into)
-        if name != "conv2d":
-            raise TypeError(f"Conv2d.algo={self.algo!r} is a callable, which computes the forward pass only; "
-                            "the backward passes need algo=None, an algorithm name or 'reference'")
-        return self.algo(*args)
+            return ReferencePasses if self.algo == REFERENCE else Forced(self.algo)
+        return ForwardOnly(self.algo)
 
     def forward(self, x, residual=None):
         """conv(x) + bias; in eval mode through the fused path, which adds ``residual`` (a BasicBlock's
@@ -105,7 +138,7 @@ class Conv2d(Module):
             return self._eval_forward(x, residual)
         if self._eval is not None:          # a folded BatchNorm put in train mode alone: unfreeze its arrays
             self.drop_derived()
-        return self._pass("conv2d", x, self.weight, self.bias, *self._layer())
+        return self.passes().conv2d(x, self.weight, self.bias, *self._layer())
 
     def fold(self, bn) -> None:
         """Fold ``bn`` (the BatchNorm2d that follows this conv, or None) into it in eval mode."""
@@ -125,40 +158,39 @@ class Conv2d(Module):
         state = self._eval_weights() if self.folded_bn is not None or self._eval is not None else None
         weight, bias = (self.weight, self.bias) if state is None else (state.weight, state.bias)
         out = self._output_for(x, weight) if self.reuse_output and self._takes_out() else None
-        choice, y = self._choice(x, weight, bias, out), None
-        if choice is not None:
+        choice = self._choice(x, weight, bias, out)
+        if choice is None:
+            into = {} if out is None else {"out": out}      # a stand-in dispatcher need not take out=
+            y = self.passes().conv2d(x, weight, None if tail else bias, *self._layer(), **into)
+        else:
             if state is None and choice.algorithm.prepares("forward"):
                 state = self._eval_weights()                # freezes the arrays: from now on, use its views
                 weight, bias = state.weight, state.bias
-            y = self._chosen_run(state, choice, x, weight, None if tail else bias, out)
-        if y is None:
-            y = self._pass("conv2d", x, weight, None if tail else bias, *self._layer(), out=out)
+            form = self._form(state, choice, x)
+            y = self.dispatcher().run_choice(choice, x, weight, None if tail else bias, out=out, prepared=form)
         if tail:
             epilogue(y, bias, residual, self.relu_epilogue)
         return y
 
-    def _chosen_run(self, state, choice, x, weight, bias, out):
-        """The dispatcher's choice for the prepared key, on its prepared weight where it prepares one; None when
-        it raised (the plain call then serves, through the dispatcher's own fallbacks)."""
-        algorithm, p = choice.algorithm, choice.params
+    @staticmethod
+    def _form(state, choice, x):
+        """The chosen algorithm's prepared weight, when it prepares one (None: it runs on the plain weight). A
+        form that cannot be made marks the algorithm failed for this layer, which then runs it plain."""
+        algorithm = choice.algorithm
+        if state is None or not algorithm.prepares("forward") or algorithm.name in state.failed:
+            return None
         try:
-            if state is not None and algorithm.prepares("forward") and algorithm.name not in state.failed:
-                form = state.form(algorithm, p, x)
-                return convalgos.run(algorithm, "forward", x, None, p, out, bias, prepared=form)
-            return convalgos.run(algorithm, "forward", x, weight, p, out, bias)
-        except Exception:  # noqa: BLE001 - a fault here never fails a call the plain path can serve
-            if state is not None:
-                state.fail(algorithm)
+            return state.form(algorithm, choice.params, x)
+        except Exception:  # noqa: BLE001 - a fault here never fails a call the plain weight can serve
+            state.fail(algorithm)
             return None
 
     def _choice(self, x, weight, bias, out):
-        """The dispatcher's ``forward_choice`` for this call, when weights are prepared and the dispatcher says
-        what it runs (a stand-in dispatcher without ``forward_choice`` gets the plain call)."""
+        """The dispatcher's ``forward_choice`` for this call, when weights are prepared and the dispatcher is a
+        Tuner that says what it runs (a stand-in dispatcher without ``forward_choice`` gets the plain call)."""
         if not self.prepare or self.algo is not None or type(x) is not np.ndarray:
             return None
-        # the module-level dispatcher is the Tuner behind autotune.conv2d (a stand-in put there has no __self__)
-        tuner = self.tuner if self.tuner is not None else getattr(autotune.conv2d, "__self__", None)
-        choose = getattr(tuner, "forward_choice", None)
+        choose = getattr(self.dispatcher(), "forward_choice", None)
         return None if choose is None else choose(x, weight, bias, *self._layer(), out=out, prepared=True)
 
     def _takes_out(self) -> bool:
@@ -198,11 +230,12 @@ class Conv2d(Module):
 
     def backward_from(self, saved, dy, input_grad):
         (x,) = saved
-        self.accumulate_grad("weight", self._pass("conv2d_weight", x, self.weight.shape, dy, *self._layer()))
+        passes = self.passes()
+        self.accumulate_grad("weight", passes.conv2d_weight(x, self.weight.shape, dy, *self._layer()))
         if self.bias is not None:
             self.accumulate_grad("bias", channel_sum(dy))
         if input_grad:
-            return self._pass("conv2d_input", x.shape, self.weight, dy, *self._layer())
+            return passes.conv2d_input(x.shape, self.weight, dy, *self._layer())
         return None
 
     def extra_repr(self) -> str:

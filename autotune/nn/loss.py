@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from convalgos.backend import from_arrays, to_arrays
+from convalgos.interop import from_arrays, to_arrays
 
 
 class CrossEntropyLoss:

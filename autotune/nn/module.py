@@ -15,7 +15,7 @@ from collections import OrderedDict
 
 import numpy as np
 
-from convalgos.backend import from_arrays, to_arrays
+from convalgos.interop import from_arrays, to_arrays
 
 
 class StateDictError(KeyError):

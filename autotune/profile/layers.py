@@ -180,13 +180,13 @@ def layer_lines(calls, entries) -> list[str]:
 
 def gpu_problem() -> str | None:
     """Why the GPU cannot run here, or None."""
-    from convalgos import backend
+    from convalgos import arrays
     try:
         import cupy  # noqa: F401
     except ImportError:
-        return "CuPy is not installed; " + backend.GPU_MISSING.split("(", 1)[1].rstrip(")")
-    if not backend.cupy_available():
+        return "CuPy is not installed; " + arrays.GPU_MISSING.split("(", 1)[1].rstrip(")")
+    if not arrays.cupy_available():
         return "CuPy finds no CUDA GPU (or no driver) on this machine; use --device cpu"
-    if not backend.driver_available():
+    if not arrays.driver_available():
         return "Numba's CUDA target finds no driver or GPU on this machine; use --device cpu"
     return None

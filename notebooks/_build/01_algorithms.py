@@ -25,7 +25,12 @@ import convalgos    # first: it sets the thread variables that numpy's OpenBLAS 
 import numpy as np
 import matplotlib.pyplot as plt
 from convalgos import ALGORITHMS, PASSES, ConvParams, reference
-from convalgos import direct, depthwise, implicit_gemm, im2col, fft, fft_tiled, winograd, cooktoom
+from convalgos.depthwise import cpu as depthwise
+from convalgos.direct import cpu as direct
+from convalgos.fft import tiled as fft_tiled, whole as fft
+from convalgos.im2col import cpu as im2col
+from convalgos.implicit_gemm import cpu as implicit_gemm
+from convalgos.winograd import cooktoom, cpu as winograd
 from autotune import measure
 
 
@@ -111,16 +116,16 @@ for name, reason in refused.items():
 # The defining sum as a Numba loop nest, parallel over blocks of output rows. Padding and stride are handled
 # by copying the input once into padded polyphase planes, so every tap becomes one flat, vectorisable pass.
 # Its inner block keeps 4 channels x 2 vectors of outputs in eight vector registers across every tap
-# (`convalgos.simd` makes a vector register a Numba value): per tap, two loads and four broadcasts feed eight
+# (`convalgos.kernels.simd` makes a vector register a Numba value): per tap, two loads and four broadcasts feed eight
 # fused multiply-adds, so the loop is bound by arithmetic, not by memory. On a CPU with AVX-512 (32 registers
 # of 512 bits) the block is 8 channels x 2 vectors of 16 outputs: sixteen accumulators. This register blocking
 # is what took `direct` from about 35 to 150-200 GFLOP/s on CIFAR-sized layers.
 
 # %%
-from convalgos import direct_kernels
+from convalgos.kernels import blocks
 show_doc(direct)
 print()
-print(inspect.getsource(direct_kernels.four_channels.py_func))
+print(inspect.getsource(blocks.four_channels.py_func))
 
 # %% [markdown]
 # ## depthwise and implicit GEMM: the direct sum, specialised

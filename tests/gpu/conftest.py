@@ -11,7 +11,7 @@ import os
 def _gpu_side_runs() -> bool:
     if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
         return True
-    from convalgos.backend import gpu_available
+    from convalgos.arrays import gpu_available
     return gpu_available()
 
 

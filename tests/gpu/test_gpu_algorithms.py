@@ -2,15 +2,17 @@
 
 The grid test is the contract between ``supports`` and the kernels: for every GPU algorithm and layer, a
 truthy answer means the forward pass runs and agrees with the reference within that algorithm's own
-tolerance; a falsy one carries a reason and ``convalgos.cuda.conv2d`` refuses with ``UnsupportedError``.
+tolerance; a falsy one carries a reason and ``convalgos.conv2d(..., backend="cuda")`` refuses with ``UnsupportedError``.
 """
+import functools
+
 import numpy as np
 import pytest
 
 import convalgos
 from convalgos import cuda as gpu
 from convalgos import reference
-from convalgos.backend import simulator_enabled
+from convalgos.arrays import simulator_enabled
 
 # (N, C, H, W, K, R, S, stride, padding, dilation, groups): tiny, covering what each feature touches.
 LAYERS = [
@@ -25,6 +27,7 @@ LAYERS = [
     (1, 1, 1, 66, 1, 1, 64, 1, 0, 1, 1),                   # 1x64: fft_tiled's largest tile, one output each
 ]
 NAMES = list(gpu.ALGORITHMS)
+gpu_conv2d = functools.partial(convalgos.conv2d, backend="cuda")
 
 
 def device(a):
@@ -57,9 +60,9 @@ def check_layer(name, layer, dtype, seed=0):
     if not support:
         assert support.reason
         with pytest.raises(convalgos.UnsupportedError, match=name):
-            gpu.conv2d(device(x), device(w), device(b), **kwargs, algo=name)
+            gpu_conv2d(device(x), device(w), device(b), **kwargs, algo=name)
         return False
-    y = host(gpu.conv2d(device(x), device(w), device(b), **kwargs, algo=name))
+    y = host(gpu_conv2d(device(x), device(w), device(b), **kwargs, algo=name))
     assert y.dtype == np.dtype(dtype) and y.shape == p.out_shape
     assert reference.normwise_error(y, reference.conv2d(x, w, b, **kwargs)) <= algorithm.tolerance_of(
         "forward", np.dtype(dtype).name)
@@ -98,7 +101,7 @@ def test_out_and_non_contiguous_input():
     x = rng.standard_normal((1, 2, 6, 6)).astype(np.float32)[:, :, ::2, :]       # non-contiguous view
     w = rng.standard_normal((2, 2, 3, 3)).astype(np.float32)
     out = device(np.zeros((1, 2, 3, 6), np.float32))
-    y = gpu.conv2d(device(x), device(w), padding=1, algo="implicit_gemm", out=out)
+    y = gpu_conv2d(device(x), device(w), padding=1, algo="implicit_gemm", out=out)
     assert y is out
     assert reference.normwise_error(host(y), reference.conv2d(x, w, padding=1)) <= 5e-6
 
@@ -106,30 +109,30 @@ def test_out_and_non_contiguous_input():
 def test_empty_batch():
     x = device(np.zeros((0, 2, 4, 4), np.float32))
     w = device(np.zeros((3, 2, 3, 3), np.float32))
-    assert gpu.conv2d(x, w, algo="direct").shape == (0, 3, 2, 2)
+    assert gpu_conv2d(x, w, algo="direct").shape == (0, 3, 2, 2)
 
 
 def test_unsupported_and_unknown_names():
     x = device(np.zeros((1, 2, 8, 8), np.float32))
     with pytest.raises(convalgos.UnsupportedError, match="needs a 3x3 kernel, got 5x5"):
-        gpu.conv2d(x, device(np.zeros((2, 2, 5, 5), np.float32)), algo="winograd_4x4")
+        gpu_conv2d(x, device(np.zeros((2, 2, 5, 5), np.float32)), algo="winograd_4x4")
     with pytest.raises(ValueError, match="algo must be one of"):
-        gpu.conv2d(x, device(np.zeros((2, 2, 3, 3), np.float32)), algo="nope")
+        gpu_conv2d(x, device(np.zeros((2, 2, 3, 3), np.float32)), algo="nope")
 
 
 def test_bad_input_validated_like_the_cpu():
     x = device(np.zeros((1, 3, 8, 8), np.float32))
     with pytest.raises(ValueError, match="channel mismatch"):
-        gpu.conv2d(x, device(np.zeros((2, 2, 3, 3), np.float32)))
+        gpu_conv2d(x, device(np.zeros((2, 2, 3, 3), np.float32)))
     with pytest.raises(TypeError, match="x must be a CuPy"):
-        gpu.conv2d([[1.0]], device(np.zeros((2, 3, 3, 3), np.float32)))
+        gpu_conv2d([[1.0]], device(np.zeros((2, 3, 3, 3), np.float32)))
 
 
 def run_cases(cases, seed=3):
     rng = np.random.default_rng(seed)
     for name, xs, ws, kw in cases:
         x, w = rng.standard_normal(xs).astype(np.float32), rng.standard_normal(ws).astype(np.float32)
-        y = host(gpu.conv2d(device(x), device(w), **kw, algo=name))
+        y = host(gpu_conv2d(device(x), device(w), **kw, algo=name))
         assert reference.normwise_error(y, reference.conv2d(x, w, **kw)) <= 5e-6, (name, xs)
 
 
@@ -143,6 +146,6 @@ def test_launch_geometry_beyond_one_block():
 
 
 def test_implicit_gemm_with_the_gpu_tile(monkeypatch):
-    from convalgos.cuda import implicit_gemm
+    from convalgos.implicit_gemm import gpu as implicit_gemm
     monkeypatch.setattr(implicit_gemm, "SIM_TILE", implicit_gemm.TILE)
     run_cases([("implicit_gemm", (1, 3, 4, 4), (5, 3, 3, 3), dict(padding=1))])

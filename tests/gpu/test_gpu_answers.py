@@ -1,4 +1,5 @@
 """supports / flops / workspace_bytes on the GPU side, and the clear errors without a GPU."""
+import functools
 import os
 import subprocess
 import sys
@@ -7,9 +8,12 @@ import numpy as np
 import pytest
 
 import convalgos
-from convalgos import ConvParams, conv, reference
+from convalgos import ConvParams, reference
 from convalgos import cuda as gpu
-from convalgos.cuda import fft_tiled, implicit_gemm
+from convalgos.fft import gpu_tiled as fft_tiled
+from convalgos.implicit_gemm import gpu as implicit_gemm
+
+gpu_conv2d = functools.partial(convalgos.conv2d, backend="cuda")
 
 LAYERS = [ConvParams.from_shapes((2, 4, 6, 6), (4, 2, 3, 3), padding=1, groups=2),
           ConvParams.from_shapes((1, 3, 9, 7), (2, 3, 5, 5), stride=2, dilation=(1, 2), padding=((2, 1), (0, 3))),
@@ -20,10 +24,14 @@ def test_gpu_algorithms_answer_without_the_cpu_registry(monkeypatch):
     """No GPU algorithm asks a CPU algorithm anything: with the CPU registry emptied, every answer stands."""
     answers = {name: [(bool(a.supports(p)), a.workspace_bytes(p), a.flops(p), a.tolerance_of("forward", "float32"))
                       for p in LAYERS] for name, a in gpu.ALGORITHMS.items()}
-    monkeypatch.setattr(convalgos.registry, "ALGORITHMS", {})
-    for name, a in gpu.ALGORITHMS.items():
-        assert [(bool(a.supports(p)), a.workspace_bytes(p), a.flops(p), a.tolerance_of("forward", "float32"))
-                for p in LAYERS] == answers[name]
+    cpu = dict(convalgos.ALGORITHMS)
+    convalgos.ALGORITHMS.clear()
+    try:
+        for name, a in gpu.ALGORITHMS.items():
+            assert [(bool(a.supports(p)), a.workspace_bytes(p), a.flops(p), a.tolerance_of("forward", "float32"))
+                    for p in LAYERS] == answers[name]
+    finally:
+        convalgos.ALGORITHMS.update(cpu)
 
 
 def test_winograd_reasons():
@@ -41,7 +49,7 @@ def test_only_the_forward_pass_is_on_the_gpu(op):
         assert algorithm.supports(p, op).reason == f"{name} has no {op} pass"
     w, dy = np.zeros(p.weight_shape, np.float32), np.zeros(p.out_shape, np.float32)
     with pytest.raises(convalgos.UnsupportedError, match="implicit_gemm has no backward_data pass"):
-        conv.backward_data_in(gpu.ALGORITHMS, p.in_shape, w, dy, 1, 1, 1, 2, "implicit_gemm", None)
+        convalgos.conv2d_input(p.in_shape, w, dy, 1, 1, 1, 2, algo="implicit_gemm", backend="cuda")
 
 
 def test_implicit_gemm_supports_every_layer_without_workspace():
@@ -63,7 +71,7 @@ def test_a_zero_workspace_cap_leaves_implicit_gemm_and_it_allocates_nothing():
         runnable = [name for name, a in gpu.ALGORITHMS.items() if a.supports(p)]
         assert "implicit_gemm" in runnable and "im2col" not in runnable and "fft" not in runnable
         assert all(gpu.ALGORITHMS[name].workspace_bytes(p) == 0 for name in runnable)
-        y = gpu.conv2d(x, w, padding=1, algo="implicit_gemm")
+        y = gpu_conv2d(x, w, padding=1, algo="implicit_gemm")
     finally:
         convalgos.set_workspace_cap(None)
     assert algorithm.workspace.nbytes == 0
@@ -100,8 +108,9 @@ def test_fft_tile_plans_cover_the_dense_output():
 
 
 def test_fast_length():
-    from convalgos.cuda.fft import fast_length
-    assert [fast_length(n) for n in (1, 11, 13, 17, 97, 129)] == [1, 12, 14, 18, 98, 135]
+    from convalgos.fft.gpu import CUFFT_ODD_FACTORS
+    from convalgos.fft.plan import next_fast_len
+    assert [next_fast_len(n, CUFFT_ODD_FACTORS) for n in (1, 11, 13, 17, 97, 129)] == [1, 12, 14, 18, 98, 135]
 
 
 def test_im2col_workspace_is_the_patch_matrix_it_keeps():
@@ -133,21 +142,22 @@ def test_flops_winograd_count_dense_transforms_and_stay_below_direct_on_deep_lay
 
 
 def test_kernels_compile_once_per_dtype():
-    from convalgos.cuda import direct
+    from convalgos.direct import gpu as direct
     assert direct.direct_kernel("float32") is direct.direct_kernel("float32")
     assert implicit_gemm.implicit_gemm_kernel("float32", 4) is implicit_gemm.implicit_gemm_kernel("float32", 4)
 
 
 def test_without_a_gpu_import_works_and_use_says_what_is_missing():
-    code = ("import numpy as np, convalgos.cuda as g, convalgos\n"
-            "from convalgos.backend import GPUUnavailableError\n"
+    code = ("import numpy as np, convalgos\n"
+            "from convalgos.arrays import GPUUnavailableError\n"
             "try:\n"
-            "    g.conv2d(np.zeros((1, 1, 3, 3), np.float32), np.zeros((1, 1, 3, 3), np.float32))\n"
+            "    convalgos.conv2d(np.zeros((1, 1, 3, 3), np.float32), np.zeros((1, 1, 3, 3), np.float32),\n"
+            "                     backend='cuda')\n"
             "except GPUUnavailableError as e:\n"
             "    print(e)\n")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    from convalgos.backend import cupy_available
+    from convalgos.arrays import cupy_available
     if not cupy_available():
         assert "convalgos.cuda needs CuPy and a CUDA driver, or NUMBA_ENABLE_CUDASIM=1" in done.stdout

@@ -8,7 +8,7 @@ from autotune import Tuner, devices
 from autotune.heuristics import Heuristics
 from convalgos import cuda as gpu
 from convalgos import reference
-from convalgos.backend import simulator_enabled
+from convalgos.arrays import simulator_enabled
 
 pytestmark = pytest.mark.skipif(not simulator_enabled(), reason="NumPy arrays stand in for CuPy's only here")
 

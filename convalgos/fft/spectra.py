@@ -1,0 +1,62 @@
+"""The kernel's spectrum for the FFT algorithms' forward and backward-data passes (the maths is in
+``whole.py``): the flipped, dilated polyphase kernel, and its 2-D DFT pruned to its few nonzero taps, computed
+as two real GEMMs instead of batched FFTs of mostly-zero tiles."""
+from __future__ import annotations
+
+from functools import lru_cache
+
+import numpy as np
+
+from ..params import ConvParams
+from .plan import TilePlan
+
+
+def phase_kernel(w: np.ndarray, p: ConvParams, t: TilePlan) -> np.ndarray:
+    """The flipped, dilated, polyphase kernel as (Rq, Sq, K, Cg*sh*sw), phase channel (c, ph, pw)."""
+    (dh, dw), (sh, sw) = p.dilation, (t.sh, t.sw)
+    dilated = np.zeros((p.K, p.Cg, t.Rq * sh, t.Sq * sw), w.dtype)
+    dilated[:, :, :p.R * dh:dh, :p.S * dw:dw] = w
+    phases = dilated.reshape(p.K, p.Cg, t.Rq, sh, t.Sq, sw).transpose(2, 4, 0, 1, 3, 5)
+    return np.ascontiguousarray(phases.reshape(t.Rq, t.Sq, p.K, p.Cg * sh * sw)[::-1, ::-1])
+
+
+@lru_cache(maxsize=64)
+def dft_matrices(T: int, taps: int, bins: int, dtype: str) -> tuple[np.ndarray, np.ndarray]:
+    """cos and sin of 2 pi f t / T for the first ``bins`` frequencies f and ``taps`` taps t (computed in float64)."""
+    angle = 2 * np.pi * np.outer(np.arange(bins), np.arange(taps)) / T
+    return np.cos(angle).astype(dtype), np.sin(angle).astype(dtype)
+
+
+@lru_cache(maxsize=64)
+def real_dft_along_rows(T: int, taps: int, dtype: str) -> np.ndarray:
+    """[[cos, sin], [-sin, cos]]: maps stacked (re; im) of length-``taps`` signals to (re; im) of their T-point DFT."""
+    cos, sin = dft_matrices(T, taps, T, dtype)
+    return np.block([[cos, sin], [-sin, cos]])
+
+
+def kernel_spectrum(w: np.ndarray, p: ConvParams, t: TilePlan, workspace, op: str = "forward") -> np.ndarray:
+    """(F, G, Kg, Csg) spectrum of the flipped phase kernel, as a pruned 2-D DFT by two real GEMMs; for
+    backward_data its conjugate, laid out (F, G, Csg, Kg) (K and C swapped) for the transposed channel GEMM.
+
+    The kernel is tiny (Rq x Sq taps) in a Th x Tw tile, so instead of batched FFTs of many short mostly-zero
+    signals: (re; im) of the rfft along S is cos/sin (Fw x Sq) @ kernel, then the DFT along R is one real GEMM
+    of the (2Th x 2Rq) matrix ``real_dft_along_rows`` with the stacked (re; im) rows.
+    """
+    Fw, KCs, dt = t.Tw // 2 + 1, p.K * p.Cg * t.sh * t.sw, p.compute_dtype
+    kernel = phase_kernel(w, p, t)
+    if op == "backward_data":
+        kernel = kernel.reshape(t.Rq, t.Sq, p.groups, p.Kg, -1).swapaxes(3, 4)
+    kernel = kernel.reshape(t.Rq, t.Sq, KCs)          # a copy when transposed
+    cos, sin = dft_matrices(t.Tw, t.Sq, Fw, dt)
+    rows = workspace.get("fft.kernel_rows", (2, t.Rq, Fw, KCs), dt)
+    np.matmul(cos, kernel, out=rows[0])
+    np.negative(np.matmul(sin, kernel, out=rows[1]), out=rows[1])
+    planar = workspace.get("fft.kernel_planar", (2 * t.Th, Fw * KCs), dt)
+    np.matmul(real_dft_along_rows(t.Th, t.Rq, dt), rows.reshape(2 * t.Rq, Fw * KCs), out=planar)
+    spectrum = workspace.get("fft.kernel", (t.freqs, KCs), np.result_type(dt, np.complex64))
+    spectrum.real = planar[:t.Th].reshape(t.freqs, KCs)
+    spectrum.imag = planar[t.Th:].reshape(t.freqs, KCs)
+    if op == "backward_data":
+        np.negative(spectrum.imag, out=spectrum.imag)
+        return spectrum.reshape(t.freqs, p.groups, -1, p.Kg)
+    return spectrum.reshape(t.freqs, p.groups, p.Kg, -1)
