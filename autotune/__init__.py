@@ -16,7 +16,8 @@ import sys
 import types
 
 from .table import CacheInfo, DispatchTable, Entry, Key
-from .tuner import ENV, FLAG_CHECKS, Tuner
+from .flags import FLAG_CHECKS
+from .tuner import ENV, Tuner
 
 _default = Tuner(cache_path=ENV)
 

@@ -12,7 +12,6 @@ so a hit validates nothing again; then one table look-up and the run.
 """
 from __future__ import annotations
 
-import contextlib
 import os
 import threading
 from dataclasses import dataclass
@@ -20,38 +19,21 @@ from dataclasses import dataclass
 import numba
 import numpy as np
 
-from convalgos import PASSES, ConvParams
+from convalgos import ConvParams
 from convalgos.interop import from_arrays, to_arrays
 from convalgos.passes import (backward_data_params, backward_filter_params, batched, check_out, forward_params,
                               result_array)
 
-from . import cache
 from .devices import DEVICES, device_of
+from .flags import FLAG_CHECKS, flags_set
 from .heuristics import Heuristics
 from .shapes import ShapeLog, distance, layer_of
-from .table import CacheInfo, Choice, DispatchTable, Entry, Key, PassInfo
+from .store import Table
+from .table import CacheInfo, Choice, DispatchTable, Entry, Key
 from .tuning import heuristic_entry, reused_entry, tune
 
 #: ``cache_path=ENV``: the path in the AUTOTUNE_CACHE environment variable, read at first use.
 ENV = "$AUTOTUNE_CACHE"
-
-
-def _check_count(name, value, least):
-    if value is not None and (isinstance(value, bool) or not isinstance(value, (int, np.integer)) or value < least):
-        raise ValueError(f"{name} must be None or an int >= {least}, got {value!r}")
-    return value
-
-
-def _check_bool(name, value):
-    if not isinstance(value, (bool, np.bool_)):
-        raise ValueError(f"{name} must be True or False, got {value!r}")
-    return bool(value)
-
-
-FLAG_CHECKS = {"benchmark": _check_bool, "deterministic": _check_bool,
-               "benchmark_limit": lambda n, v: _check_count(n, v, 1),
-               "workspace_limit": lambda n, v: _check_count(n, v, 0),
-               "patience": lambda n, v: _check_count(n, v, 1)}
 
 
 def _signature(a) -> tuple:
@@ -108,10 +90,7 @@ class Tuner:
         self.precision, self.abandon_ratio, self.settle_ratio = precision, abandon_ratio, settle_ratio
         self.spike_ratio, self.tie_tolerance, self.prune_ratio = spike_ratio, tie_tolerance, prune_ratio
         self.shapes = ShapeLog(retune_warning)
-        self._table, self._memo = {}, {}
-        self._foreign, self._notes = [], []   # cache-file entries of another machine or version, kept for saving
-        self._counts = {op: [0, 0, 0.0] for op in PASSES}     # hits, misses, tuning seconds
-        self._lock = threading.Lock()         # guards the table and the counters
+        self.table, self._memo = Table(), {}
         self._tuning = threading.Lock()       # one tuning at a time: timings are not disturbed, a key tunes once
         self._cache_loaded = False
 
@@ -123,20 +102,9 @@ class Tuner:
             raise AttributeError(f"Tuner has no setting {name!r}; its flags are {list(FLAG_CHECKS)}")
         object.__setattr__(self, name, value)
 
-    @contextlib.contextmanager
     def flags(self, **flags):
         """Set flags for the ``with`` block; the old values come back on exit, exception or not."""
-        unknown = set(flags) - set(FLAG_CHECKS)
-        if unknown:
-            raise TypeError(f"unknown flag(s) {sorted(unknown)}; flags are {list(FLAG_CHECKS)}")
-        old = {name: getattr(self, name) for name in flags}
-        try:
-            for name, value in flags.items():
-                setattr(self, name, value)
-            yield self
-        finally:
-            for name, value in old.items():
-                object.__setattr__(self, name, value)
+        return flags_set(self, **flags)
 
     # ---- the public calls: convalgos' signatures, the algorithm chosen through the table -------------------
     def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=None):
@@ -201,38 +169,6 @@ class Tuner:
                                                                  padding, dilation, groups))
         return from_arrays(self._dispatch(call, input, grad_output, out, None), back)
 
-    def dispatch_table(self) -> DispatchTable:
-        self._load_cache_once()
-        with self._lock:
-            return DispatchTable(self._table.values(), self._info(), self._notes)
-
-    def cache_info(self) -> CacheInfo:
-        with self._lock:
-            return self._info()
-
-    def clear(self) -> None:
-        with self._lock:
-            self._table.clear()
-            self._memo.clear()
-            self._counts = {op: [0, 0, 0.0] for op in PASSES}
-        self.shapes.clear()
-
-    def save(self, path) -> None:
-        """Write the benchmark entries to ``path``, merged with what the file holds (atomic, locked)."""
-        with self._lock:
-            entries = [e for e in self._table.values() if e.source == "benchmark"]
-            foreign = list(self._foreign)
-        cache.save(path, entries, foreign)
-
-    def load(self, path) -> None:
-        """Add the usable entries of ``path`` to the table; the others are reported and kept for saving."""
-        entries, foreign, notes = cache.load(path)
-        with self._lock:
-            for entry in entries:
-                self._table[entry.key] = entry
-            self._foreign = cache.merge_raw(self._foreign, foreign)
-            self._notes = [n for n in self._notes if not n.startswith(f"{path}:")] + notes
-
     # ---- one call ----------------------------------------------------------------------------------------
     def _forward_call(self, x, weight, bias, stride, padding, dilation, groups, prepared=False) -> Call:
         return self._call("forward", None, x, weight, bias, stride, padding, dilation, groups, lambda: (
@@ -289,15 +225,14 @@ class Tuner:
                 continue
             if name == failed:
                 return result
-            with self._lock:
-                entry.skipped[failed] = f"failed at a call ({type(error).__name__}: {error}); {name} serves instead"
-                entry.algo = name
+            self.table.fell_back(entry, failed, name, f"failed at a call ({type(error).__name__}: {error}); "
+                                                      f"{name} serves instead")
             return result
         raise error
 
     def _miss(self, key: Key, a, b, device, registry: dict, out) -> Entry:
         if not self.benchmark:
-            return self._store(heuristic_entry(self, key, registry, device.kind))
+            return self.table.store(heuristic_entry(self, key, registry, device.kind))
         with self._tuning:
             entry = self._lookup(key, registry)   # another thread may have tuned it while this one waited
             if entry is not None:
@@ -305,18 +240,33 @@ class Tuner:
             tuned = self.shapes.shapes(key)
             if self.patience is not None and tuned >= self.patience and not self.shapes.knows(key):
                 why = f"patience={self.patience}: {tuned} shapes of this layer tuned"
-                return self._store(reused_entry(self, key, registry, device.kind, self._nearest(key), why))
-            entry = self._store(tune(self, key, a, b, device, registry, out, self.timer or device.timer))
+                return self.table.store(reused_entry(self, key, registry, device.kind, self._nearest(key), why))
+            entry = self.table.store(tune(self, key, a, b, device, registry, out, self.timer or device.timer))
             self.shapes.record(entry)
         if self._cache_file():
             self.save(self._cache_file())
         return entry
 
     # ---- the table ---------------------------------------------------------------------------------------
-    def _info(self) -> CacheInfo:
-        passes = {op: PassInfo(h, m, sum(k.op == op for k in self._table), s) for op, (h, m, s) in self._counts.items()}
-        return CacheInfo(sum(p.hits for p in passes.values()), sum(p.misses for p in passes.values()),
-                         len(self._table), sum(p.tuning_seconds for p in passes.values()), passes, self.shapes.info())
+    def dispatch_table(self) -> DispatchTable:
+        self._load_cache_once()
+        return self.table.report(self.shapes.info())
+
+    def cache_info(self) -> CacheInfo:
+        return self.table.info(self.shapes.info())
+
+    def clear(self) -> None:
+        self.table.clear()
+        self._memo.clear()
+        self.shapes.clear()
+
+    def save(self, path) -> None:
+        """Write the benchmark entries to ``path``, merged with what the file holds (atomic, locked)."""
+        self.table.save(path)
+
+    def load(self, path) -> None:
+        """Add the usable entries of ``path`` to the table; the others are reported and kept for saving."""
+        self.table.load(path)
 
     def _usable(self, entry: Entry, registry: dict) -> bool:
         if entry.algo not in registry or (self.benchmark and entry.source == "heuristic"):
@@ -325,27 +275,13 @@ class Tuner:
         return limit is None or entry.workspace.get(entry.algo, 0) <= limit
 
     def _lookup(self, key: Key, registry: dict):
-        with self._lock:
-            entry = self._table.get(key)
-            if entry is not None and self._usable(entry, registry):
-                self._counts[key.op][0] += 1
-                return entry
-            return None
-
-    def _store(self, entry: Entry) -> Entry:
-        with self._lock:
-            self._table[entry.key] = entry
-            counts = self._counts[entry.key.op]
-            counts[1] += 1
-            counts[2] += entry.tuning_seconds
-        return entry
+        return self.table.hit(key, lambda entry: self._usable(entry, registry))
 
     def _nearest(self, key: Key):
         """The tuned entry of the same layer and pass whose input shape is nearest ``key``'s (or None)."""
         layer = layer_of(key)
-        with self._lock:
-            same = [e for k, e in self._table.items()
-                    if (k.op, k.prepared, e.source) == (key.op, key.prepared, "benchmark") and layer_of(k) == layer]
+        same = self.table.entries(lambda k, e: (k.op, k.prepared, e.source) == (key.op, key.prepared, "benchmark")
+                                  and layer_of(k) == layer)
         return min(same, key=lambda e: distance(e.key, key), default=None)
 
     def _cache_file(self):

@@ -162,7 +162,7 @@ def torch_conv2d(device: str = "cpu"):
 def device_description(device: str) -> str:
     """The machine a run is on, in words: the CPU model and threads, or the GPU's name."""
     if device == "cuda":
-        from .devices import GpuDevice
+        from ..devices import GpuDevice
         return GpuDevice().name
     import numba
     return f"cpu: {cpu_model()}, {numba.get_num_threads()} threads"
