@@ -76,11 +76,12 @@ class Entry:
     JIT compilation included; ``spikes``: runs recognised as spikes (slower than ``spike_ratio`` times the
     candidate's own fastest run, its warm-up included); ``errors``: normwise error against the float64
     reference (sampled); ``workspace``: bytes each candidate needs; ``skipped``: name -> why it was not timed,
-    not eligible, or failed; ``abandoned``: name -> why its timing stopped early; ``tied``: the candidates whose medians were
-    within the noise of the fastest (the choice among them is the tie-break's); ``ranked``: the candidates in
-    order of preference, where a call falls back when the choice fails; ``fresh_output``: whether the call had
-    no ``out=`` (its timed runs then wrote into one buffer kept for the race: the call's own allocation costs
-    the same for every algorithm and is not timed) or the runs wrote into the caller's buffer;
+    not eligible, or failed; ``abandoned``: name -> why its timing stopped early; ``tied``: the candidates
+    whose medians were within the noise of the fastest (the choice among them is the tie-break's); ``ranked``:
+    the candidates in order of preference, where a call falls back when the choice fails; ``fresh_output``:
+    whether the call had no ``out=`` (its timed runs then wrote into one buffer kept for the race: the call's
+    own allocation costs the same for every algorithm and is not timed) or the runs wrote into the caller's
+    buffer;
     ``prepare_seconds`` and ``prepare_bytes``: for a ``prepared`` key, what preparing each candidate's weight
     took once (seconds, not in ``times``) and holds (bytes).
     """

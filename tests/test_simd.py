@@ -1,4 +1,4 @@
-"""convalgos.simd: one register as a Numba value; each operation against NumPy, in float32 and float64."""
+"""convalgos.kernels.simd: one register as a Numba value; each operation against NumPy, in float32 and float64."""
 import numpy as np
 import pytest
 from numba import njit

@@ -26,7 +26,7 @@ Register blocking (``direct_rows``). The outputs of 4 channels k0..k0+3 at 2 vec
 float32 outputs with 256-bit registers, 32 with AVX-512's 512-bit ones, ``simd``) are 8 accumulators that stay
 in CPU registers over all Cg*R*S taps: per tap, two vector loads of xq and four broadcasts of w feed eight
 fused multiply-adds, so the loop is bound by the FMA units, not by loads and stores of an accumulator in
-memory. A CPU with 32 vector registers (AVX-512) takes 8 channels, 16 accumulators (``direct_kernels.BLOCK``):
+memory. A CPU with 32 vector registers (AVX-512) takes 8 channels, 16 accumulators (``kernels.blocks.BLOCK``):
 half the loads of x per multiply-add. A work item is a block of whole output rows (about ``SEGMENT`` outputs
 per channel) of one such channel block of one group and image; a group's channels left over go four, then
 one, at a time. Blocks round the rows' flat span up to whole register blocks, so a block may read up to one

@@ -21,45 +21,24 @@ FLOPs (counted as done): 2.5*Th*Tw*log2(Th*Tw) per real 2-D FFT, for N*C*tiles i
 and N*K*tiles output tiles, plus 8 per complex multiply-add of the mixing GEMM: 8*F*N*tiles*K*Cg, with
 F = Th*(Tw//2 + 1). Workspace: the tiles, their spectrum (and its transposed copy), the kernel spectrum (and
 its copy), the product (and its copy) and the output tiles. Constraints: the workspace must fit the GPU's
-workspace cap (``convalgos.workspace_cap("cuda")``, from the device's free memory). Strides are computed densely then subsampled (unlike the CPU's polyphase split).
+workspace cap (``convalgos.workspace_cap("cuda")``, from the device's free memory). Strides are computed
+densely then subsampled (unlike the CPU's polyphase split).
 """
 from __future__ import annotations
 
 import functools
 import math
-from dataclasses import dataclass
 
 from numba import cuda
 
 from ..arrays import array_module
 from ..gpu_base import GPUAlgorithm, launch_1d
 from ..params import ConvParams
-from .plan import next_fast_len
+from .plan import TilePlan, next_fast_len
 from .shared import TOLERANCE
 
 #: the odd factors of the lengths cuFFT transforms fastest (with powers of two).
 CUFFT_ODD_FACTORS = (3, 5, 7)
-
-
-@dataclass(frozen=True)
-class TilePlan:
-    """Tiles of Th x Tw input pixels, mh x mw dense outputs each, nth x ntw tiles per image. A deliberate twin
-    of ``convalgos.fft_plan.TilePlan`` without the stride phases: the GPU computes the dense stride-1 result."""
-
-    Th: int
-    Tw: int
-    mh: int
-    mw: int
-    nth: int
-    ntw: int
-
-    @property
-    def tiles(self) -> int:
-        return self.nth * self.ntw
-
-    @property
-    def freqs(self) -> int:
-        return self.Th * (self.Tw // 2 + 1)
 
 
 def dense_geometry(p: ConvParams) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -67,10 +46,16 @@ def dense_geometry(p: ConvParams) -> tuple[tuple[int, int], tuple[int, int]]:
     return p.padded_hw, p.kernel_extent
 
 
+def dense_plan(Re: int, Se: int, Th: int, Tw: int, mh: int, mw: int, nth: int, ntw: int) -> TilePlan:
+    """A plan of the dense stride-1 result (the GPU subsamples it by the stride): the CPU's ``TilePlan`` with
+    one phase, the whole dilated kernel (Re x Se) as its phase kernel."""
+    return TilePlan(1, 1, Re, Se, Th, Tw, mh, mw, nth, ntw)
+
+
 def whole_image_plan(p: ConvParams) -> TilePlan:
     (Hp, Wp), (Re, Se) = dense_geometry(p)
     Th, Tw = next_fast_len(Hp, CUFFT_ODD_FACTORS), next_fast_len(Wp, CUFFT_ODD_FACTORS)
-    return TilePlan(Th, Tw, Th - Re + 1, Tw - Se + 1, 1, 1)
+    return dense_plan(Re, Se, Th, Tw, Th - Re + 1, Tw - Se + 1, 1, 1)
 
 
 def plan_flops(p: ConvParams, t: TilePlan) -> int:

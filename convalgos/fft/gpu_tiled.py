@@ -14,7 +14,8 @@ import math
 
 from ..params import ConvParams
 from ..registry import unsupported
-from .gpu import GPUFFT, TilePlan
+from .gpu import GPUFFT, dense_plan
+from .plan import TilePlan
 
 TILE_SIZES = (8, 16, 32, 64)
 
@@ -35,7 +36,7 @@ def tiled_plan(p: ConvParams) -> TilePlan | None:
     rows, cols = axis_tile(Hp - Re + 1, Re), axis_tile(Wp - Se + 1, Se)
     if rows is None or cols is None:
         return None
-    return TilePlan(rows[0], cols[0], rows[1], cols[1], rows[2], cols[2])
+    return dense_plan(Re, Se, rows[0], cols[0], rows[1], cols[1], rows[2], cols[2])
 
 
 class GPUFFTTiled(GPUFFT):

@@ -12,6 +12,9 @@ from __future__ import annotations
 
 from numba import njit, prange
 
+# gather_tiles and gather_flipped_tiles are deliberate twins: one loop nest over (tile position, channel,
+# tile), the second reading each tile reversed and without stride phases.
+
 
 @njit(parallel=True, cache=True)
 def gather_tiles(x, top, left, sh, sw, mh, mw, nth, ntw, tiles):
@@ -44,7 +47,8 @@ def scatter_tiles(out_tiles, off_h, off_w, mh, mw, nth, ntw, y):
                 for a in range(min(mh, Ho - i * mh)):
                     for j in range(ntw):
                         for b in range(min(mw, Wo - j * mw)):
-                            y[n, k, i * mh + a, j * mw + b] = out_tiles[off_h + a, off_w + b, k, (n * nth + i) * ntw + j]
+                            tile = (n * nth + i) * ntw + j
+                            y[n, k, i * mh + a, j * mw + b] = out_tiles[off_h + a, off_w + b, k, tile]
     return y
 
 

@@ -80,6 +80,11 @@ class TilePlan:
     ntw: int
 
     @property
+    def tiles(self) -> int:
+        """Tiles per image."""
+        return self.nth * self.ntw
+
+    @property
     def freqs(self) -> int:
         """Frequency bins of one tile's real 2-D spectrum."""
         return self.Th * (self.Tw // 2 + 1)

@@ -17,7 +17,7 @@ and each bin's GEMM multiplies by all tiles at once (64x64 by 64x36 on that laye
 no longer grows with the image's FFT length but with the number of tiles, and it is far smaller on large
 images (the tests check it).
 
-Tile size: T is the one of TILE_SIZES (fast FFT lengths) that minimises the FLOP count of ``fft_plan.plan_flops``,
+Tile size: T is the one of TILE_SIZES (fast FFT lengths) that minimises the FLOP count of ``plan.plan_flops``,
 among those with T >= the phase kernel extent (so mh, mw >= 1). Measured (one thread, CPU ms, every T timed):
 the FLOP choice was the fastest or within 5% of it on 64->64 7x7 56x56 (T=16: 17 ms; T=12 22, T=24 23),
 64->64 11x11 56x56 (T=24: 25 ms; T=16 41, T=32 31), AlexNet conv1 (T=16: 7.5 ms; T=8 8.0, T=24 11.7),

@@ -51,7 +51,7 @@ Rq x Sq taps in a Th x Tw tile, and batched FFTs of many short, mostly zero sign
 overhead than two small GEMMs (measured 2-4x on the 16x16 tiles of a 64-channel 7x7 layer). The inverse rfftn
 gives (Th, Tw, channels, P); a Numba scatter crops each tile into the result. This module's algorithm is the
 one-tile case (the tile is the whole image, Th = next_fast_len(Ho + Rq - 1) in every pass); ``fft_tiled``
-uses the same machinery with many small tiles (overlap-save). Plans, FLOPs and workspace per pass: ``fft_plan``.
+uses the same machinery with many small tiles (overlap-save). Plans, FLOPs and workspace per pass: ``plan.py``.
 
 Batch: processed in equal chunks (a divisor of N) whose workspace fits min(CHUNK_WORKSPACE, the workspace cap),
 against one kernel spectrum (backward_filter: into one accumulated spectrum); ``workspace_bytes`` is that of

@@ -16,7 +16,7 @@ Here no P (nor dP) is ever stored: every row of P is a strided run of one input 
 outputs j in the tap's valid range ``valid_range(s*dw - left, sw, W, Wo)`` (the rest read padding, and are
 neither stored nor multiplied; a row outside x is skipped whole). So the borders cost no copy and no branch
 in the inner loops, which are contiguous passes over output columns that the compiler vectorises. The kernels
-(``implicit_gemm_kernels``) index flat arrays with unsigned offsets (no views, no negative-index test).
+(``kernels.py``) index flat arrays with unsigned offsets (no views, no negative-index test).
 
 - forward: one work item per block of output rows of a plane (n, k) (Numba ``prange``; ``SEGMENT``
   outputs, so the block stays in L1 over all its taps). For every input channel and kernel row inside x, the
@@ -53,7 +53,7 @@ products are not counted).
 Workspace: none, in all three passes (``workspace_bytes`` is 0 and nothing is allocated but the caller's
 result): why it exists. A memory cap of zero (``set_workspace_cap(0)``, the tuner's ``workspace_limit=0``)
 must still leave an algorithm that runs, as cuDNN's IMPLICIT_GEMM does; its GPU twin is
-``convalgos.cuda.implicit_gemm``.
+``gpu.py``.
 
 Constraints: none; any stride, asymmetric padding, dilation, groups and depthwise; float32 and float64 (each
 its own compiled kernel; float16 is computed in float32 by ``run``).

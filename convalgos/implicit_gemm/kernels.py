@@ -103,6 +103,8 @@ def _input_column(dyf, wf, shape, n, ci, col, h0, h1, top, left, dh, dw, dxf):
                         dxf[x0 + h * W] += a * dyf[yr + h * Wo]
 
 
+# forward and backward_data below are deliberate twins: the same item loop over row blocks of a plane, one
+# gathering y's rows from x, the other dx's rows from dy (each reads its own operand in place).
 @njit(parallel=True, cache=True)
 def forward(xf, wf, shape, top, left, sh, sw, dh, dw, rows, flat, J0, J1, yf):
     """y = conv(x, w); an item is ``rows`` output rows of a plane (n, k)."""

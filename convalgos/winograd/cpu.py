@@ -2,7 +2,7 @@
 
 Forward, F(m x m, 3 x 3) (Lavin & Gray 2016). Cut the output into m x m tiles; tile (ty, tx) needs the alpha x
 alpha patch (alpha = m + 2) at (ty*m, tx*m) of the zero-padded input. With the Cook-Toom matrices A^T (m x
-alpha), G (alpha x 3), B^T (alpha x alpha) of F(m, 3) from ``convalgos.cooktoom``, for every group:
+alpha), G (alpha x 3), B^T (alpha x alpha) of F(m, 3) from ``cooktoom.py``, for every group:
 
     U[xi][k, c] = (G w[k, c] G^T)[xi]                     filter transform, once per call
     V[xi][c, p] = (B^T d[c, p] B)[xi]                     input transform, every tile p and channel c
@@ -34,7 +34,7 @@ output transform (it is linear):
 cuDNN ships only a non-fused Winograd for this pass (CUDNN_CONVOLUTION_BWD_FILTER_ALGO_WINOGRAD_NONFUSED: the
 transforms and the GEMMs as separate steps over a workspace, as here); its enum's fused BWD_FILTER_ALGO_WINOGRAD
 is documented as not implemented, while forward and backward-data have a fused Winograd too. The transforms
-here are one Numba helper applying X d X^T to a batch of tiles (``convalgos.winograd_kernels``).
+here are one Numba helper applying X d X^T to a batch of tiles (``kernels.py``).
 
 Multiplies per m x m tile (forward and backward-data: of the output; backward-filter: of dy) per (k, c) pair:
 alpha^2 against 9 m^2 directly, in every pass: 16 vs 36 (2.25x fewer) for m = 2, 36 vs 144 (4x) for m = 4,
@@ -78,7 +78,7 @@ turn winograd_4x4 from 0.6x im2col's speed into 1.1-1.4x.
 Accuracy: B^T is integer and A^T holds powers of two, so the float32 error comes from rounding in G (entries
 like 1/90) and from the transforms' cancellation, which grows with the tile size. Measured normwise float32
 forward errors on C = 512 layers (12x12 to 28x28): about 8e-7 for m = 2, 1e-5 to 3e-5 for m = 4 and 0.6e-5 to
-3e-5 for m = 6 (F(6,3)'s points are chosen well, see ``convalgos.cooktoom``). Backward passes: see the table in
+3e-5 for m = 6 (F(6,3)'s points are chosen well, see ``cooktoom.py``). Backward passes: see the table in
 ``shared.py``. Every transform runs in the compute dtype (a float64 filter transform changed nothing measurable).
 """
 from __future__ import annotations

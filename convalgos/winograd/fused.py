@@ -15,7 +15,7 @@ float32 tiles with AVX-512, 16 with AVX2), and for each block, in one thread's s
 The products are ``direct``'s register blocks (``kernels.blocks.eight_channels``): 8 (or 4) output channels x
 TB tiles of accumulators held in registers over the Cg "taps" c, one broadcast of U and two vector loads of V
 per tap. A tile is a vector lane, so the input and output transforms are vector arithmetic over the block
-(``winograd_kernels._sandwich``), after a gather of each tile's alpha x alpha patch.
+(``kernels._sandwich``), after a gather of each tile's alpha x alpha patch.
 
 The trade-off, which the tuner weighs per layer: every block reads all of U (alpha^2 K Cg elements) once,
 where the non-fused GEMMs read it once per call. With C = K = 512, U is 37 MB, read again for every 32 tiles:
@@ -28,7 +28,7 @@ ResNet-20 N32 C64 8x8 0.87 / 1.51 / 1.01 and C32 16x16 1.05 / 2.24 / 1.06.
 Where its time went (VGG C64 224x224, one call of about 18 ms, measured before the six-vector transforms):
 gathering each tile's 6 x 6 patch 3.6 ms, the input transform 3.0, the products 6.3 (146 GFLOP/s), the output
 transform and its scatter 3.3. The transforms now apply a row of the 6-column matrix to six vectors at once
-(``winograd_kernels._mix6``), which made the whole pass 1.1-1.2x faster than one loop over the matrix's
+(``kernels._mix6``), which made the whole pass 1.1-1.2x faster than one loop over the matrix's
 entries (VGG C64 224x224 16.9 -> 15.1 ms, ResNet-20 C64 8x8 1.10 -> 0.91 ms); F(4x4, 3x3) is what this
 kernel is written for.
 

@@ -1,6 +1,6 @@
 """The Numba kernel of "winograd_fused_4x4" (``convalgos.winograd_fused``): one block of tiles at a time, its
-input transform, its products (``direct_kernels``' register blocks) and its output transform in the thread's
-own scratch. The transforms are ``winograd_kernels.sandwich_block``, shared with the non-fused passes."""
+input transform, its products (``convalgos.kernels.blocks``' register blocks) and its output transform in the thread's
+own scratch. The transforms are ``kernels.sandwich_block``, shared with the non-fused passes."""
 from __future__ import annotations
 
 import numpy as np

@@ -1,6 +1,6 @@
 """GPU Winograd F(m x m, 3 x 3): Numba-CUDA tile transforms around one batched GEMM over the alpha^2 positions.
 
-With A^T (m x alpha), G (alpha x 3), B^T (alpha x alpha) from the Cook-Toom generator (``convalgos.cooktoom``,
+With A^T (m x alpha), G (alpha x 3), B^T (alpha x alpha) from the Cook-Toom generator (``cooktoom.py``,
 exact rationals, rounded once to the compute dtype), alpha = m + 2, each m x m output tile is
 
     Y = A^T [ sum_c (G w[k, c] G^T) . (B^T d[c] B) ] A,

@@ -12,7 +12,7 @@ the compiler vectorises; the kernels around it only gather the batch into that l
 - ``output_transform``: A^T M A for every tile of every output channel, scattered into the output image.
 - ``sandwich_block``: X D X^T for a 6-column X (F(4, 3)'s B^T and A^T, F(3, 4)'s B'^T) on one block of two
   vector registers' worth of arrays, held in registers; ``block_transform`` is ``tile_transform`` built on it
-  (winograd_4x4's input transforms), and the fused pass (``winograd_fused_kernels``) uses it on its blocks.
+  (winograd_4x4's input transforms), and the fused pass (``fused_kernels.py``) uses it on its blocks.
 
 The transform kernels split their items statically over the threads and allocate their scratch once per thread
 (a fresh allocation per item would pay the page faults of fresh memory again and again).
@@ -33,6 +33,8 @@ def _sandwich(X, D, T, out, P):
     X: (b, a); D: (a, a, >= P) arrays; T: (b, a, >= P) scratch; out: (b, b, >= P), all C-contiguous. Zeros
     of X are skipped; every loop over the batch is a contiguous pass the compiler vectorises."""
     b, a = X.shape
+    # the two halves are one loop on either side of D, kept apart (a deliberate twin) so that each inner loop
+    # stays one contiguous pass over the batch
     for i in range(b):                                   # T = X D
         for l in range(a):
             first = True

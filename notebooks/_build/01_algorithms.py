@@ -193,9 +193,9 @@ print(inspect.getsource(winograd.Winograd.forward))
 # %% [markdown]
 # ### The matrices, generated exactly
 #
-# `convalgos.cooktoom` builds Aᵀ, G and Bᵀ for any F(m, r) from interpolation points, in `fractions.Fraction`
-# arithmetic; nothing is typed in. Here they are for F(2,3), F(4,3) and F(6,3), with the identity they must
-# satisfy checked exactly.
+# `convalgos.winograd.cooktoom` builds Aᵀ, G and Bᵀ for any F(m, r) from interpolation points, in
+# `fractions.Fraction` arithmetic; nothing is typed in. Here they are for F(2,3), F(4,3) and F(6,3), with the
+# identity they must satisfy checked exactly.
 
 # %%
 def show_matrix(name, rows):
@@ -278,7 +278,8 @@ for shape in [((1, 64, 112, 112), (64, 64, 3, 3)), ((1, 512, 14, 14), (512, 512,
     print(f"{pf}: fused {t[fused.name] * 1e3:.2f} ms, non-fused {t[plain.name] * 1e3:.2f} ms -> {winner}")
     print(f"   from memory: fused {from_memory[fused.name] / 2**20:.1f} MB (U {u / 2**20:.1f} MB, {blocks} blocks), "
           f"non-fused {from_memory[plain.name] / 2**20:.1f} MB (V and M {vm / 2**20:.1f} MB)")
-    print(f"   fewer bytes from memory: {predicted}; the measurement {'agrees' if predicted == winner else 'disagrees'}")
+    verdict = "agrees" if predicted == winner else "disagrees"
+    print(f"   fewer bytes from memory: {predicted}; the measurement {verdict}")
 
 # %% [markdown]
 # A small U (C = K = 64: 0.6 MB) stays in the cache however many blocks read it, while the non-fused pass's V
