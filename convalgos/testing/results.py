@@ -32,8 +32,9 @@ class Counterexample:
 
     @property
     def check_line(self) -> str:
-        """The kit's checks on that one layer: raises the same error."""
-        return f"convalgos.testing.check_layer({self.algorithm}, {self.op!r}, p, seed={self.seed})"
+        """The failed check on that one layer: raises the same error."""
+        return (f"convalgos.testing.check_layer({self.algorithm}, {self.op!r}, p, seed={self.seed}, "
+                f"checks=[{self.check!r}])")
 
     @property
     def call(self) -> str:
