@@ -7,7 +7,7 @@ For each pass the algorithm implements:
    layer that is still refused is skipped and counted;
 3. when a check fails, hypothesis shrinks the layer to the smallest that still fails; that check is marked
    FAILED with its counterexample, and the pass is drawn again without it, so each other check still says
-   whether it held (a check that cannot run without the failed one is "not checked").
+   whether it held (once ``supports`` has failed, a layer whose run raises is skipped like a refused one).
 
 The algorithm is any object with ``convalgos.Algorithm``'s interface (``name``, ``implements``, ``supports``,
 ``tolerance_of``, ``workspace_bytes``, ``deterministic`` and the passes): it need not be registered.
@@ -25,10 +25,6 @@ from .profiles import kit_settings
 from .properties import CHECKS, WORKSPACE_ALLOWANCE, describe_share, measure_layer
 from .results import CheckFailure, CheckResult, Counterexample, PassResult
 from .steering import probe, steered_layers
-
-#: a check whose failure leaves nothing for the later ones to look at.
-PREREQUISITE = {"supports": "an accepted layer must run"}
-
 
 def check_algorithm(algorithm, passes=None, dtypes=("float32", "float64"), max_examples: int | None = None, *,
                     checks=CHECKS, constraints: dict | None = None, settings=None, seed: int | None = None,
@@ -87,13 +83,10 @@ def check_pass(algorithm, op, dtypes, checks, constraints, hypothesis_settings, 
             break
         result.failures.append(failure)
         if failure.layer is None:                   # nothing drawn was supported: nothing was checked
-            result.outcomes.update({check: "not checked: every drawn layer refused" for check in remaining})
+            result.outcomes.update({check: "not checked: no drawn layer ran" for check in remaining})
             break
         result.outcomes[failure.check] = "FAILED"
         remaining.remove(failure.check)
-        if failure.check in PREREQUISITE:
-            result.outcomes.update({check: f"not checked: {PREREQUISITE[failure.check]}" for check in remaining})
-            break
     if "supports" in checks and found.findings and result.outcomes.get("supports") != "FAILED":
         layer, error = found.findings[0]          # found by probing, where the steered draws do not go
         result.outcomes["supports"] = "FAILED"
@@ -124,17 +117,16 @@ class Hunt:
             self.refused += 1
             reject()
         self.examples += 1
-        for check, share in shares.items():
-            previous = self.worst.get(check, 0.0)
-            self.worst[check] = share if isinstance(share, str) else max(share, 0.0 if isinstance(
-                previous, str) else previous)
+        for check, share in shares.items():            # the largest share of its bound each check used
+            if isinstance(share, str) or check not in self.worst:
+                self.worst[check] = share
+            else:
+                self.worst[check] = max(share, self.worst[check])
 
     def outcome(self, check: str) -> str:
         if check not in self.worst:
             return "not checked: no layer ran"
-        share = self.worst[check]
-        text = describe_share(check, share)
-        return text.replace("held (", "held (worst ") if not isinstance(share, str) else text
+        return describe_share(check, self.worst[check], worst=True)
 
     def run(self, strategy, hypothesis_settings, seed, name) -> Counterexample | None:
         """Run hypothesis; None when every check held, else the shrunk counterexample."""
@@ -149,9 +141,9 @@ class Hunt:
             test()
             return None
         except errors.Unsatisfiable:
-            return Counterexample(self.op, "supports", None, 0, f"every one of the {self.refused} layers drawn "
-                                  f"was refused by supports: nothing was checked; pass constraints= to "
-                                  f"describe the layers it takes", name)
+            return Counterexample(self.op, "supports", None, 0, f"no drawn layer could be checked ({self.refused} "
+                                  f"refused by supports, the others raised): pass constraints= to describe the "
+                                  f"layers it takes", name)
         except errors.Flaky:
             note = "flaky: re-running this layer did not always fail, as a nondeterministic algorithm may"
         except CheckError:

@@ -12,8 +12,8 @@ In the order ``check_layer`` runs them (an earlier failure stops the later ones 
 - ``deterministic``: where the algorithm claims ``deterministic = True``, two more runs give the same bits.
 - ``workspace``: the peak of what Python and NumPy allocate during one run (``tracemalloc``, after
   ``release()`` where the algorithm keeps buffers) is at most ``workspace_bytes(p, op)`` plus
-  ``WORKSPACE_ALLOWANCE`` for small Python objects. Memory a Numba kernel allocates inside itself (NRT) and
-  GPU memory are not seen.
+  ``WORKSPACE_ALLOWANCE`` for small Python objects. tracemalloc sees NumPy's arrays and what a Numba kernel
+  allocates inside itself (NRT); it does not see GPU memory, nor C libraries' own buffers (BLAS, pocketfft).
 """
 from __future__ import annotations
 
@@ -33,7 +33,8 @@ from .strategies import operands
 #: every check, in the order they run on a layer.
 CHECKS = ("supports", "written", "agreement", "adjoint", "deterministic", "workspace")
 #: bytes a run may allocate beyond its declared workspace: the Python objects of a call (views, tuples, a
-#: dispatcher's argument types). Measured on the built-in algorithms: at most ~3 KiB per run.
+#: dispatcher's argument types). Measured over 150 random layers per pass: at most 4.9 KiB beyond the
+#: formula in the built-ins whose formulas hold (direct's backward-data), 4 KiB in the tests' NumPy algorithm.
 WORKSPACE_ALLOWANCE = 8 << 10
 #: runs compared bitwise with the first by the determinism check.
 REPEATS = 2
@@ -133,11 +134,11 @@ def measure_layer(algorithm, op: str, p: ConvParams, seed: int = 0, checks=CHECK
     return {check: shares[check] for check in CHECKS if check in checks}
 
 
-def describe_share(check: str, share) -> str:
-    """An outcome for people: "held", "not claimed", or "held (0.31 of its bound)"."""
+def describe_share(check: str, share, worst: bool = False) -> str:
+    """An outcome for people: "held", "not claimed", or "held (0.31 of its bound)" ("worst 0.31" over many)."""
     if isinstance(share, str) or check in ("supports", "written", "deterministic"):
         return share if isinstance(share, str) else "held"
-    return f"held ({share:.2g} of its bound)"
+    return f"held ({'worst ' if worst else ''}{share:.2g} of its bound)"
 
 
 def check_layer(algorithm, op: str, p: ConvParams, seed: int = 0, checks=CHECKS,

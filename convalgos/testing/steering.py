@@ -9,10 +9,10 @@ layer with a 5-row kernel (or stride 2 across, or groups 3, or asymmetric paddin
 algorithm accepts? An accepted probe marks all of its values as allowed. It asks about the simplest layer and
 every layer one feature away from it (22 probes: all a broad algorithm needs), then, for each value still
 unseen, the layers with that value one feature away from the simplest or from an accepted probe (a 3x3 kernel
-is two features from 1x1), then 64 random layers with that value; a value none of them accepts is refused. ``layers()`` then draws each feature from its
-allowed values only. Where the algorithm's limits are not one feature at a time (say 3x3 at stride 1 or 1x1
-at any stride), some drawn layers are still refused; ``check_algorithm`` counts them and reports how many
-drawn layers reached the algorithm.
+is two features from 1x1), then 64 random layers with that value; a value none of them accepts is refused.
+``layers()`` then draws each feature from its allowed values only. Where the algorithm's limits are not one
+feature at a time (say 3x3 at stride 1 or 1x1 at any stride), some drawn layers are still refused;
+``check_algorithm`` counts them and reports how many drawn layers reached the algorithm.
 
 Features the caller fixes (``constraints``, e.g. ``kernel=3``) are probed at that value only; features
 constrained by a strategy are not steered. The probe also finds refusals without a reason and a ``supports``
