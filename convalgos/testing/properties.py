@@ -12,7 +12,8 @@ In the order ``check_layer`` runs them (an earlier failure stops the later ones 
 - ``deterministic``: where the algorithm claims ``deterministic = True``, two more runs give the same bits.
 - ``workspace``: the peak of what Python and NumPy allocate during one run (``tracemalloc``, after
   ``release()`` where the algorithm keeps buffers) is at most ``workspace_bytes(p, op)`` plus
-  ``WORKSPACE_ALLOWANCE`` for small Python objects. tracemalloc sees NumPy's arrays and what a Numba kernel
+  ``WORKSPACE_ALLOWANCE`` for small Python objects. tracemalloc sees NumPy's arrays, NumPy's ufunc buffers
+  (``out[:, ks] += t`` into a strided view of a small array buffers both operands) and what a Numba kernel
   allocates inside itself (NRT); it does not see GPU memory, nor C libraries' own buffers (BLAS, pocketfft).
 """
 from __future__ import annotations
