@@ -1,76 +1,73 @@
-"""Every algorithm agrees with the float64 reference on random layers, within its own tolerance table."""
+"""Every built-in algorithm passes ``convalgos.testing``'s checks, pass by pass, on the layers it supports: the
+kit is tested by use. Then what the kit does not draw: the public ``conv2d`` with bias in float16,
+non-contiguous arrays and ``out=``, a refusal as ``UnsupportedError``, an empty batch, repeated calls."""
+import re
+
 import numpy as np
 import pytest
-from hypothesis import HealthCheck, given, settings
 
 import convalgos
-from convalgos import ALGORITHMS, reference
-from convalgos.reference import normwise_error
-from layers import conv_kwargs, layers, make_arrays, params_of
+from convalgos import ALGORITHMS, PASSES, ConvParams, reference
+from convalgos.testing import CHECKS, CheckError, assert_conv_close, check_algorithm, check_layer
 
-SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+#: layers per pass: the kit's quick profile (the user's default is 100).
+PROFILE = "convalgos-quick"
+DTYPES = ("float32", "float64", "float16")
 
-
-def check_against_reference(name, layer, dtype, seed=0):
-    p = params_of(layer, dtype)
-    algorithm = ALGORITHMS[name]
-    if not algorithm.supports(p):
-        with pytest.raises(convalgos.UnsupportedError):
-            convalgos.conv2d(*make_arrays(layer, dtype, seed), **conv_kwargs(layer), algo=name)
-        return False
-    x, w, b = make_arrays(layer, dtype, seed)
-    y = convalgos.conv2d(x, w, b, **conv_kwargs(layer), algo=name)
-    assert y.dtype == np.dtype(dtype) and y.shape == p.out_shape
-    ref = reference.conv2d(x, w, b, **conv_kwargs(layer))
-    err = normwise_error(y, ref)
-    if err > algorithm.tolerance[dtype]:
-        err = cancellation_safe_error(y, ref, x, w, b, layer, p)
-    assert err <= algorithm.tolerance[dtype], f"{name} on {p}: normwise error {err:.3g}"
-    return True
-
-
-def cancellation_safe_error(y, ref, x, w, b, layer, p):
-    """max|y - ref| over max(max|ref|, the size of a typical output, max(|x| * |w|) / sqrt(terms)).
-
-    On a layer with a handful of outputs the terms may cancel (a single output of -0.036 from 150 terms of
-    size ~1, found by hypothesis): every float32 algorithm then errs by a few units in the last place of the
-    terms, and max|ref| makes that a relative error of 2e-5. The magnitude convolution |x| * |w| divided by
-    sqrt(terms) is what a random output's size would be, so the measure is unchanged where nothing cancels."""
-    magnitude = reference.conv2d(np.abs(x), np.abs(w), None if b is None else np.abs(b), **conv_kwargs(layer))
-    scale = max(np.max(np.abs(ref)), np.max(magnitude) / np.sqrt(p.Cg * p.R * p.S))
-    return float(np.max(np.abs(y.astype(np.float64) - ref)) / scale)
+#: Workspace the kit found allocated beyond the declared ``workspace_bytes`` (tracemalloc, 8 KiB allowed for
+#: Python objects), with a layer that shows it. Winograd: the filter, tile and output transform kernels
+#: allocate per-thread scratch inside themselves (filter_transform: (9 + 3 alpha + alpha^2) x 1024 filters,
+#: whatever the layer: 258 KB for 4x4 in float32) that no formula counts. FFT and tiled FFT, backward-filter:
+#: 14-30 KB more than the formula on small layers. Until the formulas count them, the workspace check is left
+#: out for these passes, and ``test_known_workspace_findings_still_hold`` fails once one is fixed.
+WINOGRAD_SMALL = ConvParams.from_shapes((1, 1, 3, 3), (1, 1, 3, 3))
+UNDER_DECLARED = {
+    **{(name, op): WINOGRAD_SMALL for name in ("winograd_2x2", "winograd_4x4", "winograd_6x6") for op in PASSES},
+    ("winograd_fused_4x4", "forward"): WINOGRAD_SMALL,
+    ("winograd_fused_4x4", "backward_data"): WINOGRAD_SMALL,
+    ("fft", "backward_filter"): ConvParams.from_shapes((3, 12, 1, 1), (12, 6, 5, 3), stride=(1, 3), padding=2,
+                                                       groups=2, dtype="float64"),
+    ("fft_tiled", "backward_filter"): ConvParams.from_shapes((1, 12, 3, 4), (12, 4, 3, 4), stride=(2, 1),
+                                                             groups=3),
+}
+CASES = [(name, op) for name, algorithm in ALGORITHMS.items() for op in PASSES if algorithm.implements(op)]
 
 
-@pytest.mark.parametrize("name", list(ALGORITHMS))
-@pytest.mark.parametrize("dtype", ["float32", "float64"])
-@SETTINGS
-@given(layer=layers())
-def test_random_layers(name, dtype, layer):
-    check_against_reference(name, layer, dtype)
+@pytest.mark.parametrize("name, op", CASES)
+def test_every_check_holds(name, op):
+    checks = [c for c in CHECKS if not (c == "workspace" and (name, op) in UNDER_DECLARED)]
+    result = check_algorithm(ALGORITHMS[name], passes=[op], dtypes=DTYPES, checks=checks, settings=PROFILE)
+    checked = result.passes[op]
+    assert checked.examples >= 10 and checked.refused <= checked.examples      # steering reached the algorithm
+    assert all(outcome.startswith(("held", "not claimed")) for outcome in checked.outcomes.values())
 
 
-@pytest.mark.parametrize("name", list(ALGORITHMS))
-@settings(max_examples=15, deadline=None)
-@given(layer=layers(kernel=(3, 3), stride=(1, 1), dilation=(1, 1)))
-def test_random_3x3_stride1_layers(name, layer):
-    """The layers Winograd is for, so that every algorithm (Winograd included) meets many of them."""
-    check_against_reference(name, layer, "float32")
+@pytest.mark.parametrize("name, op", sorted(UNDER_DECLARED))
+def test_known_workspace_findings_still_hold(name, op):
+    """Each under-declared workspace above is still found; when one is fixed, take it out of UNDER_DECLARED."""
+    with pytest.raises(CheckError, match=r"^\[workspace\]"):
+        check_layer(ALGORITHMS[name], op, UNDER_DECLARED[name, op], checks=("supports", "workspace"))
 
 
 def weight_and_groups(name, x_shape, w_shape):
     """The layer's (w_shape, groups), or its depthwise twin's (one filter per input channel) when the algorithm
     takes only depthwise layers."""
-    if ALGORITHMS[name].supports(convalgos.ConvParams.from_shapes(x_shape, w_shape, padding=1)):
+    if ALGORITHMS[name].supports(ConvParams.from_shapes(x_shape, w_shape, padding=1)):
         return w_shape, 1
     return (x_shape[1], 1) + tuple(w_shape[2:]), x_shape[1]
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
-def test_float16_in_float32_out_float16(name):
+def test_float16_in_float32_out_float16_with_bias(name):
+    rng = np.random.default_rng(0)
     w_shape, groups = weight_and_groups(name, (2, 4, 9, 9), (6, 4, 3, 3))
-    layer = dict(x_shape=(2, 4, 9, 9), w_shape=w_shape, stride=(1, 1), padding=((1, 1), (1, 1)),
-                 dilation=(1, 1), groups=groups, bias=True)
-    assert check_against_reference(name, layer, "float16")
+    x = rng.standard_normal((2, 4, 9, 9)).astype(np.float16)
+    w, b = rng.standard_normal(w_shape).astype(np.float16), rng.standard_normal(w_shape[0]).astype(np.float16)
+    y = convalgos.conv2d(x, w, b, padding=1, groups=groups, algo=name)
+    p = ConvParams.from_arrays(x, w, b, padding=1, groups=groups)
+    assert y.dtype == np.float16 and y.shape == p.out_shape
+    assert_conv_close(y, reference.conv2d(x, w, b, padding=1, groups=groups), layer=p, operands=(x, w), bias=b,
+                      tolerance=ALGORITHMS[name].tolerance_of("forward", "float16"))
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
@@ -83,7 +80,31 @@ def test_non_contiguous_input_and_out(name):
     out = np.empty((2, w_shape[0], 6, 8), np.float32)
     y = convalgos.conv2d(x, w, padding=1, groups=groups, algo=name, out=out)
     assert y is out
-    assert normwise_error(out, ref) <= ALGORITHMS[name].tolerance["float32"]
+    assert_conv_close(out, ref, tolerance=ALGORITHMS[name].tolerance["float32"])
+
+
+#: layers some algorithm refuses: 5x5 (Winograd), stride 2 (Winograd), groups < C (depthwise)
+REFUSABLE = [ConvParams.from_shapes((1, 4, 9, 9), (4, 4, 5, 5), padding=2),
+             ConvParams.from_shapes((1, 4, 9, 9), (4, 2, 3, 3), stride=2, groups=2)]
+
+
+REFUSALS = [(name, p) for name in ALGORITHMS for p in REFUSABLE if not ALGORITHMS[name].supports(p)]
+
+
+@pytest.mark.parametrize("name, p", REFUSALS, ids=[f"{name}-{p}" for name, p in REFUSALS])
+def test_a_refused_layer_raises_unsupported_error_with_the_reason(name, p):
+    rng = np.random.default_rng(2)
+    x, w = rng.standard_normal(p.in_shape), rng.standard_normal(p.weight_shape)
+    with pytest.raises(convalgos.UnsupportedError, match=re.escape(ALGORITHMS[name].supports(p).reason)):
+        convalgos.conv2d(x, w, stride=p.stride, padding=p.padding, groups=p.groups, algo=name)
+
+
+@pytest.mark.parametrize("name", list(ALGORITHMS))
+def test_an_empty_batch_gives_an_empty_result(name):
+    w_shape, groups = weight_and_groups(name, (0, 4, 6, 6), (4, 4, 3, 3))
+    y = convalgos.conv2d(np.zeros((0, 4, 6, 6), np.float32), np.ones(w_shape, np.float32), padding=1,
+                         groups=groups, algo=name)
+    assert y.shape == (0, 4, 6, 6) and y.dtype == np.float32
 
 
 @pytest.mark.parametrize("name", list(ALGORITHMS))
