@@ -14,8 +14,15 @@ the operand's array module (``buffer``).
 Launch sizes: elementwise kernels use grid-stride loops, so a launch may have fewer threads than items. Under
 the simulator (about 1 ms per simulated thread) launches are capped at ``SIM_THREADS`` threads. CUDA caps a
 grid at 2^31 - 1 blocks along x and 65535 along y and z (``MAX_GRID_YZ``).
+
+Streams: every Numba kernel is launched through ``launch``, on CuPy's current stream (torch's, where the
+caller is torch and has made it CuPy's), so a kernel and the CuPy work around it (cuBLAS, cuFFT, copies) run
+in order on one stream; a plain ``kernel[blocks, threads]`` would go to Numba's default stream and race CuPy
+work on any other. The simulator has no streams.
 """
 from __future__ import annotations
+
+import functools
 
 from .arrays import array_module, simulator_enabled
 from .memory import Workspace
@@ -38,6 +45,21 @@ def grid_fits(name: str, blocks_x: int, blocks_yz: int) -> Support:
     return SUPPORTED
 #: device buffers one GPU algorithm keeps between calls (least recently used dropped past this).
 KEPT_BYTES = 4 << 30
+
+
+@functools.lru_cache(maxsize=16)
+def _numba_stream(pointer: int):
+    """Numba's handle on the CUDA stream at ``pointer`` (made once per stream)."""
+    from numba import cuda
+    return cuda.external_stream(pointer)
+
+
+def launch(kernel, blocks, threads):
+    """``kernel[blocks, threads]`` on CuPy's current stream (module docstring), ready to be called."""
+    if simulator_enabled():
+        return kernel[blocks, threads]
+    import cupy
+    return kernel[blocks, threads, _numba_stream(cupy.cuda.get_current_stream().ptr)]
 
 
 def launch_1d(items: int) -> tuple[int, int]:

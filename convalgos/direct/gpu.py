@@ -28,7 +28,7 @@ import numba
 import numpy as np
 from numba import cuda
 
-from ..gpu_base import GPUAlgorithm, grid_fits
+from ..gpu_base import GPUAlgorithm, grid_fits, launch
 from ..params import ConvParams
 from .shared import TOLERANCE
 
@@ -123,5 +123,5 @@ class GPUDirect(GPUAlgorithm):
     def forward(self, x, w, p: ConvParams, out) -> None:
         grid, block, s_chunk, k_blocks, col_tiles = launch_shape(p)
         (top, _), (left, _) = p.padding
-        direct_kernel(p.compute_dtype)[grid, block](x, w, out, top, left, *p.stride, *p.dilation, s_chunk,
+        launch(direct_kernel(p.compute_dtype), grid, block)(x, w, out, top, left, *p.stride, *p.dilation, s_chunk,
                                                     k_blocks, col_tiles)

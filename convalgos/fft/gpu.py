@@ -32,7 +32,7 @@ import math
 from numba import cuda
 
 from ..arrays import array_module
-from ..gpu_base import GPUAlgorithm, launch_1d
+from ..gpu_base import GPUAlgorithm, launch, launch_1d
 from ..params import ConvParams
 from .plan import TilePlan, next_fast_len
 from .shared import TOLERANCE
@@ -145,7 +145,7 @@ class GPUFFT(GPUAlgorithm):
         P = p.N * t.tiles
         tiles = self.buffer(x, "fft.tiles", (p.N, p.C, t.nth, t.ntw, t.Th, t.Tw))
         blocks, threads = launch_1d(tiles.size)
-        gather_tiles_kernel()[blocks, threads](x, tiles, top, left, t.mh, t.mw)
+        launch(gather_tiles_kernel(), blocks, threads)(x, tiles, top, left, t.mh, t.mw)
         spec = xp.fft.rfft2(tiles).reshape(p.N, p.groups, p.Cg, t.tiles, t.freqs)
         spec = xp.ascontiguousarray(spec.transpose(4, 1, 2, 0, 3)).reshape(t.freqs, p.groups, p.Cg, P)
         product = xp.matmul(self.kernel_spectrum(w, p, t), spec)             # (F, G, Kg, N*tiles)
@@ -153,4 +153,4 @@ class GPUFFT(GPUAlgorithm):
         product = xp.ascontiguousarray(product).reshape(p.N, p.K, t.nth, t.ntw, t.Th, t.Tw // 2 + 1)
         ytiles = xp.fft.irfft2(product, s=(t.Th, t.Tw)).astype(out.dtype, copy=False)
         blocks, threads = launch_1d(out.size)
-        scatter_outputs_kernel()[blocks, threads](ytiles, out, t.mh, t.mw, *p.stride)
+        launch(scatter_outputs_kernel(), blocks, threads)(ytiles, out, t.mh, t.mw, *p.stride)

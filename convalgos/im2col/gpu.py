@@ -22,7 +22,7 @@ import functools
 from numba import cuda
 
 from ..arrays import array_module
-from ..gpu_base import GPUAlgorithm, launch_1d
+from ..gpu_base import GPUAlgorithm, launch, launch_1d
 from ..params import ConvParams
 from .shared import TOLERANCE
 
@@ -93,6 +93,6 @@ class GPUIm2col(GPUAlgorithm):
         for n0 in range(0, p.N, chunk):
             n = min(chunk, p.N - n0)
             blocks, threads = launch_1d(n * Ho * Wo)
-            im2col_kernel()[blocks, threads](x[n0:n0 + n], cols[:n], top, left, *p.stride, *p.dilation,
+            launch(im2col_kernel(), blocks, threads)(x[n0:n0 + n], cols[:n], top, left, *p.stride, *p.dilation,
                                              p.R, p.S, Wo)
             xp.matmul(wg, cols[:n].reshape(n, G, crs, Ho * Wo), out=out[n0:n0 + n].reshape(n, G, p.Kg, Ho * Wo))

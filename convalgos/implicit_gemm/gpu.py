@@ -28,7 +28,7 @@ import numpy as np
 from numba import cuda
 
 from ..arrays import simulator_enabled
-from ..gpu_base import GPUAlgorithm, grid_fits
+from ..gpu_base import GPUAlgorithm, grid_fits, launch
 from ..params import ConvParams
 from .shared import TOLERANCE
 
@@ -103,5 +103,5 @@ class GPUImplicitGemm(GPUAlgorithm):
         T = tile_edge()
         blocks_x, blocks_y = launch_grid(p, T)
         (top, _), (left, _) = p.padding
-        implicit_gemm_kernel(p.compute_dtype, T)[(blocks_x, blocks_y), (T, T)](
+        launch(implicit_gemm_kernel(p.compute_dtype, T), (blocks_x, blocks_y), (T, T))(
             x, w, out, top, left, *p.stride, *p.dilation, p.groups, blocks_y // p.groups)

@@ -29,7 +29,7 @@ import numpy as np
 from numba import cuda
 
 from ..arrays import array_module
-from ..gpu_base import GPUAlgorithm, launch_1d
+from ..gpu_base import GPUAlgorithm, launch, launch_1d
 from ..params import ConvParams
 from .cooktoom import cook_toom
 from .shared import TOLERANCES, f3x3_constraints, tile_grid
@@ -158,9 +158,9 @@ class GPUWinograd(GPUAlgorithm):
         (top, _), (left, _) = p.padding
         V = self.buffer(x, "winograd.V", (a, a, p.C, P))
         blocks, threads = launch_1d(p.N * p.C * tiles_h * tiles_w)
-        input_transform_kernel(dt, self.m)[blocks, threads](x, BT, V, top, left, tiles_h, tiles_w)
+        launch(input_transform_kernel(dt, self.m), blocks, threads)(x, BT, V, top, left, tiles_h, tiles_w)
         M = self.buffer(x, "winograd.M", (a, a, p.K, P))
         xp.matmul(self.filter_transform(w, G, p), V.reshape(a * a, p.groups, p.Cg, P),
                   out=M.reshape(a * a, p.groups, p.Kg, P))
         blocks, threads = launch_1d(p.K * P)
-        output_transform_kernel(dt, self.m)[blocks, threads](M, AT, out, tiles_h, tiles_w)
+        launch(output_transform_kernel(dt, self.m), blocks, threads)(M, AT, out, tiles_h, tiles_w)
