@@ -64,6 +64,10 @@ class Key:
         return f"{self.op}{prepared}: {self.params} | {self.layout} {self.device} threads={self.threads}{det}"
 
 
+#: Entry fields left out of its dict when empty.
+OPTIONAL = ("nonfinite",)
+
+
 @dataclass
 class Entry:
     """One key's decision and the evidence for it.
@@ -81,7 +85,9 @@ class Entry:
     no ``out=`` (its timed runs then wrote into one buffer kept for the race: the call's own allocation costs
     the same for every algorithm and is not timed) or the runs wrote into the caller's buffer;
     ``prepare_seconds`` and ``prepare_bytes``: for a ``prepared`` key, what preparing each candidate's weight
-    took once (seconds, not in ``times``) and holds (bytes).
+    took once (seconds, not in ``times``) and holds (bytes); ``nonfinite``: name -> how its NaN and Inf
+    entries compared with the reference's ("same", "spread" or "wrong: ...", ``measure.judge``), for the
+    candidates whose result or reference had any.
     """
 
     key: Key
@@ -103,10 +109,14 @@ class Entry:
     tuning_seconds: float = 0.0
     prepare_seconds: dict = field(default_factory=dict)
     prepare_bytes: dict = field(default_factory=dict)
+    nonfinite: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["key"] = self.key.to_dict()
+        for name in OPTIONAL:
+            if not d[name]:
+                del d[name]           # files without them stay as they were
         return d
 
     @classmethod
@@ -147,11 +157,21 @@ class Entry:
                 lines.append("  prepared once per weight (not in the times): " + "; ".join(
                     f"{n} {self.prepare_seconds[n] * 1e3:.3f} ms, {self.prepare_bytes.get(n, 0) / MiB:.2f} MiB"
                     for n in self.prepare_seconds))
+            lines += _nonfinite_lines(self.nonfinite)
             for name, why in self.abandoned.items():
                 lines.append(f"    {name}: abandoned, {why}")
         for name, why in self.skipped.items():
             lines.append(f"    {name}: skipped, {why}")
         return "\n".join(lines)
+
+
+def _nonfinite_lines(nonfinite: dict) -> list:
+    """Where the operands held NaN or Inf: which candidates kept the reference's NaN/Inf entries, which spread
+    them further (accepted: ``measure.judge`` says why)."""
+    kinds = {"same": "at the reference's entries", "spread": "spread over their tile or image (accepted)"}
+    lines = [f"  NaN/Inf {kinds[k]}: {', '.join(n for n, v in nonfinite.items() if v == k)}"
+             for k in kinds if k in nonfinite.values()]
+    return lines
 
 
 class DispatchTable:

@@ -36,6 +36,8 @@
 """
 from __future__ import annotations
 
+import numpy as np
+
 from convalgos import UnsupportedError
 from convalgos.backend import array_module
 
@@ -89,6 +91,7 @@ def reused_entry(tuner, key: Key, registry: dict, kind: str, nearest: Entry | No
                  workspace=workspace, skipped=skipped, ranked=reusable + [n for n in ranked if n not in reusable])
 
 
+@np.errstate(invalid="ignore", over="ignore")     # NaN/Inf operands: NumPy's warnings would name the candidates'
 def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     """Measure the candidates on the real operands and choose (steps 1-5 of the module docstring)."""
     start = timer.now()
@@ -118,9 +121,14 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
             continue
         if device.last_workspace is not None:
             workspace[name] = device.last_workspace
-        entry.errors[name] = checker.error(device.host(result[0]))
+        verdict = checker.judge(device.host(result[0]))
+        entry.errors[name] = verdict.error
+        if verdict.nonfinite:
+            entry.nonfinite[name] = verdict.nonfinite
         tolerance = algorithm.tolerance_of(op, p.dtype)
-        if not entry.errors[name] <= tolerance:
+        if verdict.nonfinite.startswith("wrong"):
+            skipped[name] = f"rejected: NaN/Inf {verdict.nonfinite}"
+        elif not entry.errors[name] <= tolerance:
             skipped[name] = (f"rejected: normwise error {entry.errors[name]:.1e} exceeds its {p.dtype} "
                              f"tolerance {tolerance:.0e}")
         else:
@@ -129,7 +137,7 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     race.run()
     skipped.update(race.failed)
     if not race.samples:
-        raise RuntimeError(f"every candidate for {key} was rejected or failed: {skipped}")
+        raise RuntimeError(no_candidate_left(key, skipped, ranked))
     clean = race.clean_samples()
     entry.times = {n: median(s) for n, s in clean.items()}
     entry.runs = {n: len(s) for n, s in race.samples.items()}
@@ -141,6 +149,19 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     entry.ranked = [entry.algo] + sorted((n for n in entry.times if n != entry.algo), key=entry.times.get)
     entry.tuning_seconds = timer.now() - start
     return entry
+
+
+def no_candidate_left(key: Key, skipped: dict, ranked: list, width: int = 90) -> str:
+    """Why no candidate that was tried is left, in a few short lines: each tried candidate's reason (cut at
+    ``width`` characters), and a count of the others (not eligible, pruned or over a limit)."""
+    lines = [f"every candidate for {key} was rejected or failed:"]
+    for name in ranked:
+        why = skipped.get(name, "")
+        lines.append(f"  {name}: {why if len(why) <= width else why[:width - 3] + '...'}")
+    others = len(skipped) - len(ranked)
+    if others:
+        lines.append(f"  ({others} other algorithm(s) not tried: unsupported, pruned or over a limit)")
+    return "\n".join(lines)
 
 
 def _limit_and_prune(tuner, ranked: list, rule: str, key: Key, skipped: dict, kind: str) -> list:
