@@ -104,7 +104,7 @@ def check_options(ap, args) -> None:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            ap.error("--plot needs matplotlib: pip install 'convalgos[plot]'")
+            ap.error('--plot needs matplotlib: pip install -e ".[plot]" in the clone (or pip install matplotlib)')
     check_paths(ap, args)
 
 

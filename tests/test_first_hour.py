@@ -36,3 +36,49 @@ def test_a_misspelt_flag_still_raises_after_a_submodule_is_loaded():
                   "    print(e, hasattr(autotune, 'benchmrk'))\n")
     assert done.returncode == 0, done.stderr
     assert "has no flag 'benchmrk'" in done.stdout and done.stdout.strip().endswith("False")
+
+
+# ---- the README's install commands ------------------------------------------------------------------------
+def readme_commands() -> list[str]:
+    """Every shell command of README.md: each line of its fenced bash blocks (comments cut) and each inline
+    code span that runs pip, split at '&&'."""
+    import re
+    text = open(os.path.join(ROOT, "README.md")).read()
+    lines = [line.split("  #")[0].strip() for block in re.findall(r"```bash\n(.*?)```", text, re.S)
+             for line in block.splitlines() if line.strip()]
+    lines += [span for span in re.findall(r"`([^`\n]+)`", text) if "pip install" in span]
+    return [part.strip() for line in lines for part in line.split("&&")]
+
+
+def project_installs(commands) -> list[list[str]]:
+    """The arguments of every ``pip install`` of this project (a target that is a path or names convalgos)."""
+    import shlex
+    found = []
+    for command in commands:
+        words = shlex.split(command)
+        if "pip" not in words or words[words.index("pip") + 1:words.index("pip") + 2] != ["install"]:
+            continue
+        args = words[words.index("pip") + 2:]
+        targets = [a for a in args if not a.startswith("-")]
+        if any(t.startswith((".", "/", "convalgos")) for t in targets):
+            found.append(args)
+    return found
+
+
+def test_readme_installs_the_project_once_in_one_place():
+    """Numba's cache is per file location: every install of this project is editable, from the clone's root,
+    so adding an extra never moves the package (a plain ``pip install .`` would copy it into site-packages)."""
+    installs = project_installs(readme_commands())
+    assert len(installs) >= 5                       # main job, tests, train, notebooks, the GPU extras
+    for args in installs:
+        targets = [a for a in args if not a.startswith("-")]
+        assert "-e" in args and len(targets) == 1, args
+        assert targets[0] == "." or (targets[0].startswith(".[") and targets[0].endswith("]")), args
+
+
+def test_readme_first_commands_are_the_main_job_then_the_tests_which_ci_runs():
+    first, second = (line for line in open(os.path.join(ROOT, "README.md")).read().split("```bash\n")[1]
+                     .split("```")[0].splitlines())
+    assert first.split("#")[0].strip().endswith("python -m autotune")
+    assert "python -m pytest -q" in second
+    assert second in open(os.path.join(ROOT, ".ci", "run")).read().splitlines()
