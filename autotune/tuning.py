@@ -14,9 +14,12 @@
    large fresh output is not even the same cost twice: measured on the articles' layer (a 67 MB output), the
    first calls paid 25-125 ms in page faults against 11 ms once the kernel had memory at hand, which got
    whichever candidate ran first abandoned.
-2. Each candidate runs once on the real operands as a warm-up (JIT compilation included, reported apart) and
-   its result is checked against the float64 reference (``measure.ReferenceCheck``); one outside its
-   tolerance is rejected, and one that raises anything at all is skipped with the error recorded.
+2. Each candidate runs once on the real operands as a warm-up and its result is checked against the float64
+   reference (``measure.ReferenceCheck``); one outside its tolerance is rejected, and one that raises
+   anything at all is skipped with the error recorded. Numba's compiling or loading of its kernels in that
+   first call (and its weight's preparation) is measured apart (``jit.py``, ``Entry.jit``); when it was most
+   of the call, the candidate warms up again (and prepares again) and the race and the table use that second
+   warm-up, so compilation is in no number the race compares (on a first run, 4-16 s of a first call).
 3. The race: timed rounds, interleaved. No candidate is judged on one run. A run slower than ``spike_ratio``
    times the candidate's fastest run (its warm-up included) is a spike: another process took the core. It
    does not enter the candidate's median (``measure.without_spikes``), nor count as evidence; the warm-up
@@ -41,6 +44,7 @@ import numpy as np
 from convalgos import UnsupportedError
 from convalgos.backend import array_module
 
+from .jit import jit_time
 from .measure import ReferenceCheck, choose, median, noise, without_spikes
 from .table import Entry, Key, MiB
 
@@ -111,16 +115,23 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
 
         result = []
         try:
-            if key.prepared and algorithm.prepares(op):
-                entry.prepare_seconds[name] = timer.time(lambda: form.append(algorithm.prepare(b, p, op)))
-                entry.prepare_bytes[name] = form[0].nbytes
-            entry.warmup[name] = timer.time(lambda: result.append(call()))
+            with jit_time(timer.now) as jit:
+                if key.prepared and algorithm.prepares(op):
+                    entry.prepare_seconds[name] = timer.time(lambda: form.append(algorithm.prepare(b, p, op)))
+                    entry.prepare_bytes[name] = form[0].nbytes
+                entry.warmup[name] = timer.time(lambda: result.append(call()))
+            if device.last_workspace is not None:
+                workspace[name] = device.last_workspace
+            if jit.seconds:
+                entry.jit[name] = jit.seconds
+            if jit.seconds > 0.5 * (entry.warmup[name] + entry.prepare_seconds.get(name, 0.0)):
+                if name in entry.prepare_seconds:        # mostly JIT: warm up again, compiled (step 2)
+                    entry.prepare_seconds[name] = timer.time(lambda: algorithm.prepare(b, p, op))
+                entry.warmup[name] = timer.time(call)
         except Exception as e:  # noqa: BLE001 - whatever a candidate raises skips it, never the user's call
             skipped[name] = f"failed: {type(e).__name__}: {e}"
             device.release(algorithm)
             continue
-        if device.last_workspace is not None:
-            workspace[name] = device.last_workspace
         verdict = checker.judge(device.host(result[0]))
         entry.errors[name] = verdict.error
         if verdict.nonfinite:

@@ -82,3 +82,59 @@ def test_readme_first_commands_are_the_main_job_then_the_tests_which_ci_runs():
     assert first.split("#")[0].strip().endswith("python -m autotune")
     assert "python -m pytest -q" in second
     assert second in open(os.path.join(ROOT, ".ci", "run")).read().splitlines()
+
+
+# ---- Ctrl-C during tuning ---------------------------------------------------------------------------------
+def interrupt_once_started(args, started, env=None, timeout=120):
+    """Run ``python -m autotune *args``, send SIGINT once ``started(stderr so far)`` holds (tuning has begun),
+    and return (exit status, stderr)."""
+    import select
+    import signal
+    import time
+    env = dict(os.environ, PYTHONPATH=ROOT, **(env or {"AUTOTUNE_CACHE": ""}))
+    proc = subprocess.Popen([sys.executable, "-m", "autotune", *args], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=env)
+    err, deadline = b"", time.monotonic() + timeout
+    try:
+        while not started(err.decode(errors="replace")):
+            assert time.monotonic() < deadline and proc.poll() is None, err.decode(errors="replace")
+            if select.select([proc.stderr], [], [], 0.05)[0]:
+                err += os.read(proc.stderr.fileno(), 65536)
+        proc.send_signal(signal.SIGINT)
+        rest = proc.communicate(timeout=30)[1]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    return proc.returncode, (err + rest).decode(errors="replace")
+
+
+def last_line(stderr: str) -> str:
+    """The last line written, after the progress bar's carriage returns."""
+    return stderr.replace("\r", "\n").strip().splitlines()[-1]
+
+
+def test_ctrl_c_while_tuning_prints_what_was_kept_and_exits_130(tmp_path):
+    """Sent once the progress bar has passed a conv (its key is tuned), on a small input (about 2 s, warm)."""
+    import json
+    import re
+    cache = tmp_path / "tuned.json"
+    code, err = interrupt_once_started(["--model", "resnet18", "--size", "64", "--cache", str(cache)],
+                                       lambda err: re.search(r"tuning:[^\r]*\| *[1-9]\d*/20", err))
+    assert code == 130 and "Traceback" not in err, err
+    kept = json.loads(cache.read_text())["entries"]
+    assert last_line(err) == (f"interrupted: {len(kept)} tuned entries of this machine kept in {cache}; the same "
+                              f"command resumes from them: a tuned key is not timed again") and len(kept) >= 1
+
+
+def test_ctrl_c_while_training_prints_what_was_kept_and_exits_130(tmp_path):
+    """Sent once the first tuning of the first epoch is saved (AUTOTUNE_CACHE saves after each)."""
+    import json
+    import pytest
+    pytest.importorskip("sklearn")
+    cache = tmp_path / "train.json"
+    code, err = interrupt_once_started(["train", "--model", "lenet5", "--epochs", "50"],
+                                       lambda err: cache.exists(), {"AUTOTUNE_CACHE": str(cache)})
+    assert code == 130 and "Traceback" not in err, err
+    kept = json.loads(cache.read_text())["entries"]
+    assert last_line(err) == (f"interrupted: {len(kept)} tuned entries of this machine kept in {cache}; the same "
+                              f"command trains from the start again and reuses them") and len(kept) >= 1
