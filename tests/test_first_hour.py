@@ -121,6 +121,7 @@ def test_ctrl_c_while_tuning_prints_what_was_kept_and_exits_130(tmp_path):
     code, err = interrupt_once_started(["--model", "resnet18", "--size", "64", "--cache", str(cache)],
                                        lambda err: re.search(r"tuning:[^\r]*\| *[1-9]\d*/20", err))
     assert code == 130 and "Traceback" not in err, err
+    assert not re.search(r"\d\d:\d\d<", err), err        # the bar gives no time-left estimate while tuning
     kept = json.loads(cache.read_text())["entries"]
     assert last_line(err) == (f"interrupted: {len(kept)} tuned entries of this machine kept in {cache}; the same "
                               f"command resumes from them: a tuned key is not timed again") and len(kept) >= 1
