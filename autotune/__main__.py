@@ -175,12 +175,16 @@ def interrupted(cache_path, resume: str) -> int:
         autotune.save(cache_path)                # --cache is saved after the pass: keep what was tuned so far
     if path:
         saved = len(cache.load(path)[0]) if os.path.exists(path) else 0
-        kept = f"{saved} tuned entries of this machine kept in {path}; the same command {resume}"
+        kept = (f"{saved} tuned {'entry' if saved == 1 else 'entries'} of this machine kept in {path}; the same "
+                f"command {resume}")
     else:
         tuned = sum(e.source == "benchmark" for e in autotune.dispatch_table())
-        kept = (f"{tuned} keys tuned in this run, kept nowhere: --cache PATH (python -m autotune) or "
+        kept = (f"{tuned} key(s) tuned in this run, kept nowhere: --cache PATH (python -m autotune) or "
                 f"AUTOTUNE_CACHE=PATH keeps them for the next run")
     print(f"interrupted: {kept}", file=sys.stderr)
+    # A compilation cut short leaves llvmlite objects whose __del__ fails when the interpreter exits, each
+    # printing "Exception ignored ... Traceback" after this line: that is not the user's to read.
+    sys.unraisablehook = lambda unraisable: None
     return 130
 
 

@@ -108,6 +108,10 @@ def interrupt_once_started(args, started, env=None, timeout=120):
     return proc.returncode, (err + rest).decode(errors="replace")
 
 
+def entries(kept: list) -> str:
+    return f"{len(kept)} tuned {'entry' if len(kept) == 1 else 'entries'}"
+
+
 def last_line(stderr: str) -> str:
     """The last line written, after the progress bar's carriage returns."""
     return stderr.replace("\r", "\n").strip().splitlines()[-1]
@@ -123,7 +127,7 @@ def test_ctrl_c_while_tuning_prints_what_was_kept_and_exits_130(tmp_path):
     assert code == 130 and "Traceback" not in err, err
     assert not re.search(r"\d\d:\d\d<", err), err        # the bar gives no time-left estimate while tuning
     kept = json.loads(cache.read_text())["entries"]
-    assert last_line(err) == (f"interrupted: {len(kept)} tuned entries of this machine kept in {cache}; the same "
+    assert last_line(err) == (f"interrupted: {entries(kept)} of this machine kept in {cache}; the same "
                               f"command resumes from them: a tuned key is not timed again") and len(kept) >= 1
 
 
@@ -137,5 +141,5 @@ def test_ctrl_c_while_training_prints_what_was_kept_and_exits_130(tmp_path):
                                        lambda err: cache.exists(), {"AUTOTUNE_CACHE": str(cache)})
     assert code == 130 and "Traceback" not in err, err
     kept = json.loads(cache.read_text())["entries"]
-    assert last_line(err) == (f"interrupted: {len(kept)} tuned entries of this machine kept in {cache}; the same "
+    assert last_line(err) == (f"interrupted: {entries(kept)} of this machine kept in {cache}; the same "
                               f"command trains from the start again and reuses them") and len(kept) >= 1
