@@ -10,7 +10,9 @@ and choice, then the dispatch table; then time whole passes in interleaved round
 autotuned, every conv forced to each single algorithm that runs every layer, and torch's conv2d when torch is
 installed. A forced pass still running at 3x the autotuned pass is abandoned (torch is warmed up first). With
 ``--device cuda`` the convs run alone on the GPU (the other layers are CPU-only), so the passes are the
-model's conv time. With a warm ``--cache`` the tuning pass times nothing: every key is a cache hit.
+model's conv time. With a warm ``--cache`` the tuning pass times nothing: every key is a cache hit. Ctrl-C
+(here or in ``train``) ends the run with one line: the cache entries kept and where, and how to resume; exit
+status 130.
 """
 from __future__ import annotations
 
@@ -105,7 +107,7 @@ def check_options(ap, args) -> None:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            ap.error("--plot needs matplotlib: pip install 'convalgos[plot]'")
+            ap.error('--plot needs matplotlib: pip install -e ".[plot]" in the clone (or pip install matplotlib)')
     check_paths(ap, args)
 
 
@@ -160,6 +162,35 @@ def main(argv=None) -> int:
     ap = parser()
     args = ap.parse_args(argv)
     check_options(ap, args)
+    try:
+        return tune_and_report(ap, args)
+    except KeyboardInterrupt:
+        return interrupted(args.cache, "resumes from them: a tuned key is not timed again")
+
+
+def interrupted(cache_path, resume: str) -> int:
+    """Ctrl-C: one line on stderr saying what was kept (the cache entries saved, and where) and how to resume,
+    instead of a traceback; exit status 130 (128 + SIGINT), as a shell gives."""
+    path = cache_path or os.environ.get("AUTOTUNE_CACHE")
+    if cache_path:
+        autotune.save(cache_path)                # --cache is saved after the pass: keep what was tuned so far
+    if path:
+        saved = len(cache.load(path)[0]) if os.path.exists(path) else 0
+        kept = (f"{saved} tuned {'entry' if saved == 1 else 'entries'} of this machine kept in {path}; the same "
+                f"command {resume}")
+    else:
+        tuned = sum(e.source == "benchmark" for e in autotune.dispatch_table())
+        kept = (f"{tuned} key(s) tuned in this run, kept nowhere: --cache PATH (python -m autotune) or "
+                f"AUTOTUNE_CACHE=PATH keeps them for the next run")
+    print(f"interrupted: {kept}", file=sys.stderr)
+    # A compilation cut short leaves llvmlite objects whose __del__ fails when the interpreter exits, each
+    # printing "Exception ignored ... Traceback" after this line: that is not the user's to read.
+    sys.unraisablehook = lambda unraisable: None
+    return 130
+
+
+def tune_and_report(ap, args) -> int:
+    """Tune the model's convolutions and print the report (the steps of the module docstring)."""
     model = models.get_model(args.model, dtype=args.dtype)
     shape = input_shape(ap, model, args)
     out = sys.stderr if args.json == "-" else sys.stdout
@@ -182,7 +213,7 @@ def main(argv=None) -> int:
         layer_params = list(dict.fromkeys(p for _, p in calls))
         entries = profile.forward_entries(layer_params, device=args.device)
         print("\n".join(profile.layer_lines(calls, entries)), file=out)
-        print(f"\ndispatch table ({len(layer_params)} distinct conv layers):\n{autotune.dispatch_table()}", file=out)
+        print(f"\n{autotune.dispatch_table()}", file=out)
         passes, na = profile.forced_passes(registry, layer_params)
         torch_conv = profile.torch_conv2d(args.device) if args.dtype != "float16" else None
         if torch_conv is not None:
@@ -192,9 +223,10 @@ def main(argv=None) -> int:
                                                min_seconds=0.3 * args.rounds)
     known = {e.key for e in before}
     counts = dict(Counter("reused" if e.key in known else e.source for e in entries.values()))
+    jit_s = sum(sum(e.jit.values()) for e in autotune.dispatch_table() if e.key not in known)
     what = "forward pass" if args.device == "cpu" else "conv time of a forward pass (GPU)"
     lines, totals = profile.summary(times, na, abandoned, tuning_s, counts, [entries[p].algo for p in entries], what,
-                            registry)
+                                    registry, jit_s)
     print("\n" + "\n".join(lines), file=out)
     if args.json:
         write_json(args.json, {
@@ -289,6 +321,8 @@ def train_main(argv) -> int:
                            subset=args.subset, on_epoch=report)
     except ImportError as err:                 # the data set's extra is not installed
         ap.error(str(err))
+    except KeyboardInterrupt:
+        return interrupted(None, "trains from the start again and reuses them")
     print(train.result_line(result), file=out)
     if args.json:
         write_json(args.json, result)
