@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 from collections import Counter
@@ -28,21 +27,16 @@ import numpy as np
 import convalgos
 
 import autotune
-from autotune import cache, models, nn, profile, train
+from autotune import cache, models, nn, profile
+from autotune.cli_common import interrupted, positive_int, write_json
 from autotune.devices import CudaEventTimer
+from autotune.train_cli import train_main
 from convalgos.backends import BACKENDS
 
 DTYPES = ("float32", "float64", "float16")
 
 
 # ---- options ------------------------------------------------------------------------------------------------
-def positive_int(text: str) -> int:
-    value = int(text) if text.lstrip("-").isdigit() else None
-    if value is None or value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
-
-
 def size(text: str) -> tuple[int, ...]:
     """"224", "224x200" (H x W) or "3x224x224" (C x H x W)."""
     parts = text.lower().split("x")
@@ -168,27 +162,6 @@ def main(argv=None) -> int:
         return interrupted(args.cache, "resumes from them: a tuned key is not timed again")
 
 
-def interrupted(cache_path, resume: str) -> int:
-    """Ctrl-C: one line on stderr saying what was kept (the cache entries saved, and where) and how to resume,
-    instead of a traceback; exit status 130 (128 + SIGINT), as a shell gives."""
-    path = cache_path or os.environ.get("AUTOTUNE_CACHE")
-    if cache_path:
-        autotune.save(cache_path)                # --cache is saved after the pass: keep what was tuned so far
-    if path:
-        saved = len(cache.load(path)[0]) if os.path.exists(path) else 0
-        kept = (f"{saved} tuned {'entry' if saved == 1 else 'entries'} of this machine kept in {path}; the same "
-                f"command {resume}")
-    else:
-        tuned = sum(e.source == "benchmark" for e in autotune.dispatch_table())
-        kept = (f"{tuned} key(s) tuned in this run, kept nowhere: --cache PATH (python -m autotune) or "
-                f"AUTOTUNE_CACHE=PATH keeps them for the next run")
-    print(f"interrupted: {kept}", file=sys.stderr)
-    # A compilation cut short leaves llvmlite objects whose __del__ fails when the interpreter exits, each
-    # printing "Exception ignored ... Traceback" after this line: that is not the user's to read.
-    sys.unraisablehook = lambda unraisable: None
-    return 130
-
-
 def tune_and_report(ap, args) -> int:
     """Tune the model's convolutions and print the report (the steps of the module docstring)."""
     model = models.get_model(args.model, dtype=args.dtype)
@@ -255,78 +228,6 @@ def first_pass(model, shape, args):
     timer = CudaEventTimer()
     seconds = timer.time(lambda: workload(None))
     return calls, workload, seconds, BACKENDS["cuda"].registry, cupy, timer
-
-
-def write_json(path: str, doc: dict) -> None:
-    """``doc`` as JSON into ``path``, or onto stdout for "-"."""
-    if path == "-":
-        json.dump(doc, sys.stdout, indent=1, default=str)
-        sys.stdout.write("\n")
-    else:
-        with open(path, "w") as f:
-            json.dump(doc, f, indent=1, default=str)
-
-
-# ---- python -m autotune train -----------------------------------------------------------------------------
-def non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
-    return value
-
-
-def train_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="autotune train", description="train a model through the dispatcher "
-                                 "(benchmark mode on); report held-out accuracy and time per epoch")
-    ap.add_argument("--model", default="lenet5", help="the model (default lenet5)")
-    ap.add_argument("--data", default="digits", help=f"one of {', '.join(train.DATASETS)} (default digits)")
-    ap.add_argument("--epochs", type=positive_int, default=10)
-    ap.add_argument("--batch-size", type=positive_int, default=64)
-    ap.add_argument("--lr", type=non_negative, default=0.01)
-    ap.add_argument("--momentum", type=non_negative, default=0.9)
-    ap.add_argument("--weight-decay", type=non_negative, default=5e-4)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--benchmark-limit", type=positive_int, default=None, metavar="N",
-                    help="time at most N best-ranked candidates per pass and layer")
-    ap.add_argument("--subset", type=positive_int, default=None, metavar="N",
-                    help="train on N images of the training split only (quick runs)")
-    ap.add_argument("--deterministic", action="store_true",
-                    help="the same numbers every run: deterministic algorithms chosen by the heuristic")
-    ap.add_argument("--json", metavar="PATH", help="write the results as JSON ('-': stdout, the report to stderr)")
-    return ap
-
-
-def train_main(argv) -> int:
-    ap = train_parser()
-    args = ap.parse_args(argv)
-    if train.problem(args.model, args.data):
-        ap.error(train.problem(args.model, args.data))
-    if args.json and args.json != "-" and cache.writable_problem(args.json):
-        ap.error(f"--json {args.json}: {cache.writable_problem(args.json)}")
-    out = sys.stderr if args.json == "-" else sys.stdout
-    mode = "deterministic, heuristic choices" if args.deterministic else "benchmark on"
-    print(f"autotune train: {args.model} on {args.data}, {args.epochs} epochs, batch {args.batch_size}, "
-          f"lr {args.lr:g}, momentum {args.momentum:g}, weight decay {args.weight_decay:g}, seed {args.seed}, "
-          f"{mode}, {profile.device_description('cpu')}", file=out)
-
-    def report(record):
-        print(train.epoch_line(record), file=out, flush=True)
-    try:
-        result = train.fit(args.model, args.data, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                           momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
-                           deterministic=args.deterministic, benchmark_limit=args.benchmark_limit,
-                           subset=args.subset, on_epoch=report)
-    except ImportError as err:                 # the data set's extra is not installed
-        ap.error(str(err))
-    except KeyboardInterrupt:
-        return interrupted(None, "trains from the start again and reuses them")
-    print(train.result_line(result), file=out)
-    if args.json:
-        write_json(args.json, result)
-    return 0
 
 
 if __name__ == "__main__":
