@@ -172,3 +172,19 @@ def test_direct_filter_with_the_gpu_block(monkeypatch):
     monkeypatch.setattr(direct, "SIM_FILTER_LANES", direct.FILTER_LANES)
     monkeypatch.setattr(direct, "SIM_FILTER_TAPS", direct.FILTER_TAPS)
     check("direct", "backward_filter", ConvParams.from_shapes((1, 1, 6, 6), (1, 1, 1, 2), stride=(1, 2)))
+
+
+@pytest.mark.parametrize("op", BACKWARD)
+def test_im2col_in_chunks_of_images(op, monkeypatch):
+    """Three images in chunks of two: the last chunk is one image (dy read in place), and backward_filter sums
+    the chunks' products through its partial buffer."""
+    from convalgos.im2col import gpu as im2col
+    p = ConvParams.from_shapes((3, 2, 4, 4), (2, 2, 3, 3), padding=1)
+    monkeypatch.setattr(im2col, "CHUNK_BYTES", 2 * im2col.patch_elements(p) * p.itemsize)
+    algorithm = gpu.ALGORITHMS["im2col"]
+    assert (algorithm.chunk(p), algorithm.chunk_count(p)) == (2, 2)
+    check("im2col", op, p)
+    if op == "backward_filter":
+        assert algorithm.flops(p, op) == p.flops + p.K * p.Cg * p.R * p.S
+        patches, by_group, partial = 2 * im2col.patch_elements(p), 2 * p.K * 16, p.K * p.Cg * p.R * p.S
+        assert algorithm.workspace_bytes(p, op) == (patches + by_group + partial) * 4
