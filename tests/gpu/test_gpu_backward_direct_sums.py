@@ -188,3 +188,15 @@ def test_im2col_in_chunks_of_images(op, monkeypatch):
         assert algorithm.flops(p, op) == p.flops + p.K * p.Cg * p.R * p.S
         patches, by_group, partial = 2 * im2col.patch_elements(p), 2 * p.K * 16, p.K * p.Cg * p.R * p.S
         assert algorithm.workspace_bytes(p, op) == (patches + by_group + partial) * 4
+
+
+@pytest.mark.skipif(not simulator_enabled(), reason="the kit passes NumPy arrays: device arrays only here")
+def test_the_testing_kit_checks_a_gpu_algorithm_under_the_simulator():
+    """``convalgos.testing`` runs a GPU algorithm as it is under the simulator, every check but "workspace":
+    tracemalloc would count the simulator's own copies of each kernel argument (the kept buffers are held to
+    ``workspace_bytes`` above instead)."""
+    from convalgos.testing import CHECKS, check_algorithm
+    result = check_algorithm(gpu.ALGORITHMS["im2col"], checks=[c for c in CHECKS if c != "workspace"],
+                             max_examples=6, seed=0, dtypes=("float32", "float64", "float16"),
+                             constraints=dict(max_batch=2, max_channels=3, max_size=6, max_kernel=3))
+    assert result.ok and all(result.passes[op].examples == 6 for op in convalgos.PASSES)
