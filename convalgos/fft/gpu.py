@@ -26,10 +26,12 @@ the CPU's. Deterministic: no atomics; each element is written by one thread, and
 GEMMs run in the same order on every call.
 
 Why polyphase rather than the dense stride-1 result subsampled (this module's former plan): at stride 1 the two
-are the same transforms; at stride s the dense plan transforms s^2 times more output pixels and a kernel of the
-full dilated extent. Forward at batch 32 (plan FLOPs / workspace): ResNet's 7x7 s2 conv1 2.8 GFLOP / 357 MiB
-against 6.8 / 1548, AlexNet's 11x11 s4 2.0 / 190 against 6.8 / 1548; a 1x1 s2 layer is the loss (4.4 against
-4.7 whole, 5.0 against 4.4 tiled: three of its four phase kernels are zero), where direct needs 0.4.
+are the same transforms; at stride s the dense plan transforms s^2 times more output pixels, with a kernel of the
+full dilated extent. Forward at batch 32, GFLOP / MiB of workspace (whole batch; each plan's own formulas):
+ResNet's 7x7 s2 conv1 2.8 / 471 against 6.8 / 1548 (``fft``), AlexNet's 11x11 s4 conv1 2.0 / 219 against
+6.8 / 1548, 64->128 3x3 s2 56x56 4.6 / 351 against 5.4 / 604; the loss is a 1x1 s2 layer (three of its four
+phase kernels are zero): 4.4 / 346 against 4.7 / 527 whole, 5.0 / 392 against 4.4 / 264 tiled, where direct
+needs 0.4 GFLOP. And the twins' constraints, FLOPs and tile choices become one definition.
 """
 from __future__ import annotations
 
