@@ -3,8 +3,11 @@
 Every pass of every layer of a small grid against the float64 reference within the algorithm's tolerance for
 that pass, into outputs poisoned with NaN (an element a kernel skips fails); refusals with a reason, and the
 front door's error; the kept device buffers within ``workspace_bytes``; ``deterministic`` checked bitwise; the
-batch cut into chunks; FLOPs against the CPU twin's and direct's.
+batch cut into chunks; FLOPs against the CPU twin's and direct's; loads typed in the compute dtype.
 """
+import ast
+import inspect
+
 import numpy as np
 import pytest
 
@@ -13,6 +16,9 @@ from convalgos import PASSES, ConvParams, reference
 from convalgos import cuda as gpu
 from convalgos.arrays import simulator_enabled
 from convalgos.fft import gpu as fft_gpu
+from convalgos.fft import gpu_kernels as fft_kernels
+from convalgos.winograd import gpu as winograd_gpu
+from convalgos.winograd import gpu_kernels as winograd_kernels
 
 NAMES = ["fft", "fft_tiled", "winograd_2x2", "winograd_4x4", "winograd_6x6"]
 # (x shape, w shape, keywords): tiny, covering what each feature touches.
@@ -148,3 +154,13 @@ def test_winograd_flops_count_dense_transforms_and_stay_below_direct_on_deep_lay
     for name in ("winograd_2x2", "winograd_4x4"):
         for op in PASSES:
             assert convalgos.ALGORITHMS[name].flops(p, op) < gpu.ALGORITHMS[name].flops(p, op) < p.flops, op
+
+
+@pytest.mark.parametrize("module", [fft_gpu, fft_kernels, winograd_gpu, winograd_kernels], ids=lambda m: m.__name__)
+def test_no_load_is_typed_float64_by_an_integer_zero(module):
+    """``a[i] if inside else 0`` unifies the array's float32 with an integer: Numba types it float64 (issue 22,
+    item 8). The kernels load into a variable that starts as a zero of the compute dtype instead."""
+    tree = ast.parse(inspect.getsource(module))
+    mixed = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.IfExp)
+             and isinstance(node.body, ast.Subscript) and isinstance(node.orelse, ast.Constant)]
+    assert not mixed, f"{module.__name__}: lines {mixed}"
