@@ -1,0 +1,54 @@
+"""Tensors across the bridge, zero-copy both ways through DLPack.
+
+- in: a CPU tensor is read in place as a NumPy array with its own strides (a channels_last or sliced tensor
+  keeps its layout, which the dispatcher keys on and copies once, inside the pass); a CUDA tensor as a CuPy
+  array, on torch's current stream;
+- out: the pass's result becomes a tensor sharing its memory, then takes the memory format torch's own conv
+  gives its result (channels_last when the input or the weight is channels_last; torch's
+  ``suggest_memory_format``), which costs one copy only for channels_last tensors.
+"""
+from __future__ import annotations
+
+import contextlib
+
+import numpy as np
+import torch
+
+
+def as_array(t: torch.Tensor):
+    """The array ``t`` holds, read in place: NumPy for a CPU tensor, CuPy for a CUDA one."""
+    t = t.detach()
+    if t.device.type == "cuda":
+        import cupy
+        return cupy.from_dlpack(t)
+    return np.from_dlpack(t)
+
+
+def as_tensor(a, memory_format=torch.contiguous_format) -> torch.Tensor:
+    """The tensor sharing ``a``'s memory, in ``memory_format`` (a copy only when ``a`` is not in it)."""
+    t = torch.from_dlpack(a)
+    if memory_format is torch.channels_last:
+        return t.contiguous(memory_format=torch.channels_last)
+    return t
+
+
+def is_channels_last(t: torch.Tensor) -> bool:
+    """True when torch would suggest channels_last for ``t``: NHWC-dense and not NCHW-dense."""
+    return t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
+
+
+def result_format(*tensors) -> torch.memory_format:
+    """The memory format torch's conv gives a result computed from ``tensors``."""
+    return torch.channels_last if any(is_channels_last(t) for t in tensors) else torch.contiguous_format
+
+
+def on_torch_stream(t: torch.Tensor):
+    """A context in which CuPy works on torch's current stream of ``t``'s device (nothing for a CPU tensor),
+    so DLPack hands arrays over without synchronising and our kernels queue behind torch's."""
+    if t.device.type != "cuda":
+        return contextlib.nullcontext()
+    import cupy
+    stack = contextlib.ExitStack()
+    stack.enter_context(cupy.cuda.Device(t.device.index))
+    stack.enter_context(cupy.cuda.ExternalStream(torch.cuda.current_stream(t.device).cuda_stream))
+    return stack
