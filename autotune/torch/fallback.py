@@ -16,7 +16,7 @@ One pass goes to torch (``F.conv2d`` forward; ``torch.nn.grad.conv2d_input / con
   passes only so far), or CuPy with a driver is missing;
 - the dispatcher raised (its error is the reason): a fault of ours never fails a call torch can serve.
 
-Each fallback is logged once per layer, pass and reason (logger ``autotune.torch``, WARNING) and counted in the
+Each fallback is logged once per layer and reason (logger ``autotune.torch``, WARNING) and counted in the
 layer's record (``record.py``), which ``report`` shows.
 """
 from __future__ import annotations
@@ -32,13 +32,13 @@ log = logging.getLogger("autotune.torch")
 
 #: torch dtype -> its name, for the dtypes the dispatcher computes
 DTYPES = {torch.float16: "float16", torch.float32: "float32", torch.float64: "float64"}
-#: the (label, pass, reason) triples logged for calls without a layer record (the functional form)
+#: the (label, reason) pairs logged for calls without a layer record (the functional form)
 _LOGGED = set()
 
 
 def layer_reason(x, weight, bias) -> str | None:
     """Why torch's conv2d must compute every pass of this call, or None when the dispatcher can."""
-    device = x.device.type
+    device = "cpu" if x.is_cpu else "cuda" if x.is_cuda else x.device.type
     if device not in ("cpu", "cuda"):
         return f"tensors on device {device!r} (the dispatcher runs on the CPU and CUDA GPUs)"
     if torch.is_autocast_enabled(device):
@@ -82,19 +82,19 @@ def pass_reason(device: str, op: str, call) -> str | None:
     return None
 
 
-def note(record, label: str, ops: tuple, reason: str) -> None:
-    """Count a call of passes ``ops`` that torch computes in ``record`` (a ``LayerRecord``, or None for the
-    functional form) and log it once per layer, pass and reason."""
+def note(record, label: str, ops: tuple, reason: str, every_pass: bool = False) -> None:
+    """Count a call of passes ``ops`` that torch computed in ``record`` (a ``LayerRecord``, or None for the
+    functional form), and log it the first time the layer falls back for ``reason``."""
     if record is not None:
-        first = [record.fell_back(op, reason) for op in ops]
+        first = record.fell_back(ops, reason)
         label = record.name or label
     else:
-        first = [(label, op, reason) not in _LOGGED for op in ops]
-        _LOGGED.update((label, op, reason) for op in ops)
-    if any(first):
-        which = ", ".join(op for op, new in zip(ops, first) if new)
-        log.warning("%s: %s computed by torch's own convolution, not the dispatcher: %s (logged once per layer, "
-                    "pass and reason; autotune.torch.report counts the calls)", label, which, reason)
+        first = (label, reason) not in _LOGGED
+        _LOGGED.add((label, reason))
+    if first:
+        which = "every pass" if every_pass else f"the {', '.join(ops)} pass"
+        log.warning("%s: %s computed by torch's own convolution, not the dispatcher: %s (logged once per layer "
+                    "and reason; autotune.torch.report counts the calls)", label, which, reason)
 
 
 def padding_pairs(padding, w_shape, dilation) -> tuple:

@@ -54,7 +54,7 @@ class Layer(NamedTuple):
 
 def _hashable(value):
     """Lists as tuples (the dispatcher's memo hashes the layer's arguments)."""
-    return tuple(_hashable(v) for v in value) if isinstance(value, list) else value
+    return tuple(_hashable(v) for v in value) if type(value) is list else value
 
 
 def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, tuner=None, record=None):
@@ -71,36 +71,55 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     grad = torch.is_grad_enabled() and (input.requires_grad or weight.requires_grad
                                         or (bias is not None and bias.requires_grad))
     if reason is not None:
-        ops = ("forward",) + (("backward_data",) if grad and input.requires_grad else ()) + (
-            ("backward_filter",) if grad and weight.requires_grad else ())
-        note(record, _label(input.shape, weight.shape), ops, reason)
-        return torch_forward(input, weight, bias, *layer.args)
+        return _by_torch(input, weight, bias, layer, reason, grad)
     tuner = layer.dispatcher()
     call = Call(input.shape, weight.shape, *layer.args, DTYPES[input.dtype],
-                tuner.deterministic or torch.are_deterministic_algorithms_enabled(), input.device.type)
+                tuner.deterministic or torch.are_deterministic_algorithms_enabled(), "cpu" if input.is_cpu else "cuda")
     if grad:
         return DispatchedConv2d.apply(input, weight, bias, layer, call)
     return forward_pass(input, weight, bias, layer, call)
+
+
+def _by_torch(x, weight, bias, layer: Layer, reason: str, grad: bool):
+    """Every pass of the call by torch's autograd; the backward passes are counted when they run."""
+    label = _label(x.shape, weight.shape)
+    note(layer.record, label, ("forward",), reason, every_pass=True)
+    y = torch_forward(x, weight, bias, *layer.args)
+    ops = (("backward_data",) if x.requires_grad else ()) + (("backward_filter",) if weight.requires_grad else ())
+    if grad and ops and y.requires_grad:
+        y.register_hook(lambda dy: note(layer.record, label, ops, reason, every_pass=True))
+    return y
 
 
 def _label(x_shape, w_shape) -> str:
     return f"conv2d(input {tuple(x_shape)}, weight {tuple(w_shape)})"
 
 
-def _flags(tuner, call: Call):
-    """The dispatcher's deterministic flag on for the call where torch asks for deterministic algorithms."""
-    if call.deterministic and not tuner.deterministic:
-        return tuner.flags(deterministic=True)
-    return contextlib.nullcontext()
+def _setting(tuner, call: Call, tensor):
+    """What a dispatched pass runs under: torch's CUDA stream for a CUDA tensor, and the dispatcher's
+    deterministic flag where torch asks for deterministic algorithms (on the CPU by default: nothing)."""
+    cuda, flag = call.device == "cuda", call.deterministic and not tuner.deterministic
+    if not (cuda or flag):
+        return _NOTHING
+    stack = contextlib.ExitStack()
+    if cuda:
+        stack.enter_context(on_torch_stream(tensor))
+    if flag:
+        stack.enter_context(tuner.flags(deterministic=True))
+    return stack
 
 
-def _serve(op: str, layer: Layer, call: Call, device_tensor, dispatch, by_torch):
-    """Pass ``op`` by the dispatcher (``dispatch(tuner)``), or by torch (``by_torch()``) where it cannot."""
-    reason = pass_reason(device_tensor.device.type, op, call)
+_NOTHING = contextlib.nullcontext()
+
+
+def _serve(op: str, layer: Layer, call: Call, tensor, dispatch, by_torch):
+    """Pass ``op`` by the dispatcher (``dispatch(tuner)``), or by torch (``by_torch()``) where it cannot;
+    ``tensor``: an operand, on the call's device."""
+    reason = pass_reason(call.device, op, call)
     if reason is None:
         tuner = layer.dispatcher()
         try:
-            with on_torch_stream(device_tensor), _flags(tuner, call):
+            with _setting(tuner, call, tensor):
                 result = dispatch(tuner)
         except Exception as error:  # noqa: BLE001 - torch's conv serves a call the dispatcher could not
             reason = f"the dispatcher raised {type(error).__name__}: {error}"

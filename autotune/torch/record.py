@@ -35,7 +35,7 @@ class PassRecord:
 
 class LayerRecord:
     """The record of one layer (or of the functional form's calls, without a name). ``logged`` holds the
-    (pass, reason) pairs already logged, so a fallback is logged once per layer, pass and reason."""
+    reasons already logged, so a fallback is logged once per layer and reason."""
 
     def __init__(self, name: str = ""):
         self.name = name
@@ -47,11 +47,13 @@ class LayerRecord:
         record.dispatched += 1
         record.call = call
 
-    def fell_back(self, op: str, reason: str) -> bool:
-        """Count a call torch served; True the first time this pass falls back for this reason."""
-        record = self.passes[op]
-        record.by_torch += 1
-        record.reasons[reason] = record.reasons.get(reason, 0) + 1
-        first = (op, reason) not in self.logged
-        self.logged.add((op, reason))
+    def fell_back(self, ops: tuple, reason: str) -> bool:
+        """Count a call of passes ``ops`` that torch served; True the first time the layer falls back for this
+        reason."""
+        for op in ops:
+            record = self.passes[op]
+            record.by_torch += 1
+            record.reasons[reason] = record.reasons.get(reason, 0) + 1
+        first = reason not in self.logged
+        self.logged.add(reason)
         return first

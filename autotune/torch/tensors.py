@@ -17,8 +17,9 @@ import torch
 
 def as_array(t: torch.Tensor):
     """The array ``t`` holds, read in place: NumPy for a CPU tensor, CuPy for a CUDA one."""
-    t = t.detach()
-    if t.device.type == "cuda":
+    if t.requires_grad:
+        t = t.detach()                          # DLPack exports no tensor that requires a gradient
+    if t.is_cuda:
         import cupy
         return cupy.from_dlpack(t)
     return np.from_dlpack(t)
@@ -34,19 +35,19 @@ def as_tensor(a, memory_format=torch.contiguous_format) -> torch.Tensor:
 
 def is_channels_last(t: torch.Tensor) -> bool:
     """True when torch would suggest channels_last for ``t``: NHWC-dense and not NCHW-dense."""
-    return t.dim() == 4 and not t.is_contiguous() and t.is_contiguous(memory_format=torch.channels_last)
+    return not t.is_contiguous() and t.dim() == 4 and t.is_contiguous(memory_format=torch.channels_last)
 
 
-def result_format(*tensors) -> torch.memory_format:
-    """The memory format torch's conv gives a result computed from ``tensors``."""
-    return torch.channels_last if any(is_channels_last(t) for t in tensors) else torch.contiguous_format
+def result_format(x: torch.Tensor, weight: torch.Tensor | None = None) -> torch.memory_format:
+    """The memory format torch's conv gives a result computed from ``x`` (and ``weight``)."""
+    if is_channels_last(x) or (weight is not None and is_channels_last(weight)):
+        return torch.channels_last
+    return torch.contiguous_format
 
 
 def on_torch_stream(t: torch.Tensor):
-    """A context in which CuPy works on torch's current stream of ``t``'s device (nothing for a CPU tensor),
-    so DLPack hands arrays over without synchronising and our kernels queue behind torch's."""
-    if t.device.type != "cuda":
-        return contextlib.nullcontext()
+    """A context in which CuPy works on torch's current stream of ``t``'s device, so DLPack hands arrays over
+    without synchronising and our kernels queue behind torch's."""
     import cupy
     stack = contextlib.ExitStack()
     stack.enter_context(cupy.cuda.Device(t.device.index))
