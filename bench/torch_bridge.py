@@ -43,7 +43,8 @@ BARS = {"train": 1.1, "eval": 1.0, "call": 20.0}
 def run_case(case: str, order: str, quick: bool, rounds: int, keep_env: bool) -> dict:
     """The case's numbers from a fresh process that imported torch and autotune in ``order``."""
     env = dict(os.environ) if keep_env else {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
-    code = f"{ORDERS[order]}; from bench import torch_bridge_cases; torch_bridge_cases.main({case!r}, {quick}, {rounds})"
+    code = (f"{ORDERS[order]}; from bench import torch_bridge_cases; "
+            f"torch_bridge_cases.main({case!r}, {quick}, {rounds})")
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           cwd=Path(__file__).resolve().parent.parent)
     if done.returncode != 0:
@@ -55,13 +56,16 @@ def ms(seconds: float) -> str:
     return f"{seconds * 1e3:.1f}"
 
 
-def report(results: dict, quick: bool, rounds: int, keep_env: bool) -> str:
+def report(results: dict, quick: bool, rounds: int, keep_env: bool, load: tuple) -> str:
     threads = next(iter(results.values()))["threads"]
     env = "this process's environment" if keep_env else f"no {', '.join(THREAD_VARIABLES)} in the environment"
     lines = [header("CPU: a torch model through autotune.torch, against torch"),
              f"Command: `python -m bench.torch_bridge{' --quick' if quick else ''}`; each case in a fresh process "
              f"per import order, {env}; numba {threads['numba']} threads, torch {threads['torch']} threads (their "
-             f"defaults); benchmark mode on, tuned in an untimed first run; {rounds} interleaved rounds.\n",
+             f"defaults); benchmark mode on, tuned in an untimed first run; {rounds} interleaved rounds. Load average "
+             f"{load[0]:.1f} before the cases ran, {load[1]:.1f} at the end (the cases' own threads included), on "
+             f"{os.cpu_count()} cores" + (": other processes were using the cores, the timings are disturbed."
+                                          if load[0] > 1.0 else ".") + "\n",
              "| target | import order | converted | torch | ratio (quartiles per round) | bar | tuning s |",
              "|---|---|---|---|---|---|---|"]
     for case in ("train", "eval"):
@@ -108,12 +112,13 @@ def main(argv=None) -> int:
     args = parser.parse_args(argv)
     rounds = args.rounds or (3 if args.quick else 30)
     out = args.out or (Path("/tmp/cpu-torch-bridge.md") if args.quick else RESULTS / "cpu-torch-bridge.md")
-    results = {}
+    results, start_load = {}, os.getloadavg()[0]
     for case in CASES:
         for order in ORDERS:
             print(f"{case}, {order} ...", flush=True)
             results[(case, order)] = run_case(case, order, args.quick, rounds, args.keep_env)
-    write_record(out, report(results, args.quick, rounds, args.keep_env))
+    load = (start_load, os.getloadavg()[0])
+    write_record(out, report(results, args.quick, rounds, args.keep_env, load))
     return 0
 
 

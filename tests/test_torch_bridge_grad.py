@@ -14,7 +14,7 @@ import autotune  # before torch: it sets how the OpenMP runtimes wait
 torch = pytest.importorskip("torch")
 
 import autotune.torch as at  # noqa: E402
-from autotune.torch.fallback import torch_forward  # noqa: E402
+from autotune.torch.fallback import torch_forward, torch_input_grad, torch_weight_grad  # noqa: E402
 from autotune.torch.record import LayerRecord  # noqa: E402
 from convalgos import ALGORITHMS, PASSES, ConvParams  # noqa: E402
 
@@ -137,3 +137,24 @@ def test_the_weight_gradient_accumulates_like_torchs():
         at.conv2d(x, w, padding=1).sum().backward()
     expected = 2 * torch.nn.grad.conv2d_weight(x, w.shape, torch.ones(2, 3, 6, 6), padding=1)
     np.testing.assert_allclose(w.grad.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("padding", [((1, 0), (2, 1)), "same", (1, 2)])
+def test_torchs_own_passes_match_its_autograd(padding):
+    """The fallback's backward passes (torch.nn.grad, asymmetric padding applied by hand) against autograd."""
+    x = torch.randn(2, 2, 6, 7, dtype=torch.float64, requires_grad=True)
+    w = torch.randn(3, 2, 2, 3, dtype=torch.float64, requires_grad=True)
+    y = torch_forward(x, w, None, 1, padding, 1, 1)
+    dy = torch.randn_like(y)
+    dx, dw = torch.autograd.grad(y, (x, w), dy)
+    assert torch.allclose(torch_input_grad(x, w, dy, 1, padding, 1, 1), dx)
+    assert torch.allclose(torch_weight_grad(x, w, dy, 1, padding, 1, 1), dw)
+
+
+def test_an_empty_batch_gives_an_empty_result_and_gradients():
+    x = torch.randn(0, 3, 5, 5, requires_grad=True)
+    w = torch.randn(4, 3, 3, 3, requires_grad=True)
+    y = at.conv2d(x, w, padding=1, tuner=autotune.Tuner())
+    assert y.shape == (0, 4, 5, 5)
+    y.sum().backward()
+    assert x.grad.shape == x.shape and torch.equal(w.grad, torch.zeros_like(w))
