@@ -6,7 +6,9 @@ under test before importing this module; ``main`` prints one JSON line with the 
   passes timed alone, ours (the dispatcher's hit on torch tensors) against torch's, summed per pass;
 - ``eval``: an eval forward (``torch.no_grad()``) of a converted torch ResNet-18 against unconverted;
 - ``call``: the cost per call on a tiny layer of ``autotune.torch.conv2d`` (without and with autograd), of the
-  dispatcher's hit on NumPy arrays, of ``convalgos.run`` of the same algorithm, and of torch's conv2d.
+  dispatcher's hit on NumPy arrays, of ``convalgos.run`` of the same algorithm, and of torch's conv2d, in CPU
+  time (``time.process_time``) in a process of one thread (``bench.torch_bridge`` starts it so): the work
+  itself, which other processes on the cores do not change as they change wall time.
 
 Benchmark mode is on: the first (untimed) run tunes every pass; its seconds are reported. The torch models are
 ``bench.torch_twin``'s twins of ``autotune.models`` (the same architectures, He-initialised weights loaded).
@@ -121,7 +123,8 @@ def eval_case(size: int, rounds: int) -> dict:
 
 
 def call_case(reps: int, rounds: int) -> dict:
-    """Microseconds per call of each way to run one tiny layer's forward pass (``reps`` calls per timed run)."""
+    """CPU microseconds per call of each way to run one tiny layer's forward pass (``reps`` calls per timed
+    run)."""
     g = torch.Generator().manual_seed(0)
     x, w = torch.randn(1, 4, 8, 8, generator=g), torch.randn(4, 4, 3, 3, generator=g)
     xg = x.clone().requires_grad_()
@@ -136,7 +139,7 @@ def call_case(reps: int, rounds: int) -> dict:
             "convalgos.run": lambda: convalgos.run(algorithm, "forward", xn, wn, p),
             "torch conv2d": lambda: F.conv2d(x, w, None, 1, 1)}
     repeated = {name: (lambda fn=fn: [fn() for _ in range(reps)]) for name, fn in ways.items()}
-    samples = measure.interleaved(repeated, rounds)
+    samples = measure.interleaved(repeated, rounds, timer=measure.Timer(time.process_time))
     return {"algorithm": entry.algo, "us": {n: measure.median(s) / reps * 1e6 for n, s in samples.items()}}
 
 
