@@ -3,7 +3,8 @@ matches the py:percent source it is built from (notebooks/_build/, ``python note
 
 Each runs from a temporary copy, so the committed outputs are not rewritten; the working directory is the
 notebooks/ folder. Skipped cleanly when the notebook tools (the ``notebooks`` extra) are not installed, and a
-notebook whose data needs a package that is missing (06 trains on scikit-learn's digits) is skipped too.
+notebook that needs a package that is missing (06 and 07 train on scikit-learn's digits, 07 a torch model) is
+skipped too.
 """
 import importlib.util
 import pathlib
@@ -18,8 +19,8 @@ pytest.importorskip("matplotlib")
 FOLDER = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(FOLDER.glob("*.ipynb"))
 CELL_TIMEOUT_S = 300
-#: notebook -> the module it needs beyond the notebook tools
-NEEDS = {"06_training": "sklearn"}
+#: notebook -> the modules it needs beyond the notebook tools
+NEEDS = {"06_training": ("sklearn",), "07_torch_model": ("torch", "sklearn")}
 
 
 def _builder():
@@ -32,7 +33,7 @@ def _builder():
 def test_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == ["01_algorithms.ipynb", "02_benchmark_mode.ipynb",
                                            "03_shapes_not_values.ipynb", "04_changing_shapes.ipynb",
-                                           "05_determinism.ipynb", "06_training.ipynb"]
+                                           "05_determinism.ipynb", "06_training.ipynb", "07_torch_model.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -44,8 +45,8 @@ def test_notebook_matches_its_source(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_executes(path, tmp_path, monkeypatch):
-    if path.stem in NEEDS:
-        pytest.importorskip(NEEDS[path.stem])
+    for module in NEEDS.get(path.stem, ()):
+        pytest.importorskip(module)
     copy = tmp_path / path.name
     shutil.copy(path, copy)
     monkeypatch.delenv("AUTOTUNE_CACHE", raising=False)    # a user's cache must not change what runs
