@@ -54,18 +54,15 @@ def layer_reason(x, weight, bias) -> str | None:
 
 
 def gpu_ready() -> bool:
-    """True when CuPy imports and sees a CUDA device."""
-    try:
-        import cupy
-        return bool(cupy.cuda.is_available())
-    except Exception:  # noqa: BLE001 - ImportError, or a CUDA runtime error without a driver
-        return False
+    """True when convalgos' GPU side can run here (CuPy with a CUDA device and driver)."""
+    from convalgos.backends import BACKENDS
+    return BACKENDS["cuda"].available()
 
 
 def gpu_serves(op: str, p: ConvParams) -> bool:
     """True when some GPU algorithm has pass ``op`` for layer ``p``."""
-    from convalgos import cuda
-    return any(algorithm.supports(p, op) for algorithm in cuda.ALGORITHMS.values())
+    from convalgos.backends import BACKENDS
+    return any(algorithm.supports(p, op) for algorithm in BACKENDS["cuda"].registry.values())
 
 
 def pass_reason(device: str, op: str, call) -> str | None:

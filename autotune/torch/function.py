@@ -63,7 +63,9 @@ def conv2d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, 
     ``padding`` also takes ((top, bottom), (left, right)). ``tuner``: an ``autotune.Tuner`` (default: the
     module-level one); ``record``: a ``LayerRecord`` that counts the calls (``autotune.torch.Conv2d`` keeps
     one per layer for ``report``). Returns a tensor on the input's device."""
-    if input.dim() == 3:                       # unbatched (C, H, W), as torch accepts: a batch of one
+    # unbatched (C, H, W), as torch accepts: the dispatcher takes it too, but autograd's saved tensors and
+    # gradients stay 4-D when the Function sees a batch of one (views, no copies)
+    if input.dim() == 3:
         return conv2d(input.unsqueeze(0), weight, bias, stride, padding, dilation, groups, tuner=tuner,
                       record=record).squeeze(0)
     layer = Layer(_hashable(stride), _hashable(padding), _hashable(dilation), groups, tuner, record)

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-#: the pass names, as in ``convalgos.PASSES`` (repeated here: importing convalgos is not needed to record)
-PASSES = ("forward", "backward_data", "backward_filter")
+from convalgos import PASSES
 
 
 @dataclass
