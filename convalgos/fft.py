@@ -87,6 +87,7 @@ import scipy.fft
 from numba import njit, prange
 
 from .fft_backward import gather_flipped_tiles, lags_of, phase_map, pick_lags, scatter_phases
+from .gemm import matmul
 from .fft_plan import TilePlan, plan_flops, plan_workspace_bytes, whole_image_plan
 from .params import ConvParams
 from .memory import GiB, Workspace, workspace_cap
@@ -169,10 +170,10 @@ def kernel_spectrum(w: np.ndarray, p: ConvParams, t: TilePlan, workspace, op: st
     kernel = kernel.reshape(t.Rq, t.Sq, KCs)          # a copy when transposed
     cos, sin = dft_matrices(t.Tw, t.Sq, Fw, dt)
     rows = workspace.get("fft.kernel_rows", (2, t.Rq, Fw, KCs), dt)
-    np.matmul(cos, kernel, out=rows[0])
-    np.negative(np.matmul(sin, kernel, out=rows[1]), out=rows[1])
+    matmul(cos, kernel, out=rows[0])
+    np.negative(matmul(sin, kernel, out=rows[1]), out=rows[1])
     planar = workspace.get("fft.kernel_planar", (2 * t.Th, Fw * KCs), dt)
-    np.matmul(real_dft_along_rows(t.Th, t.Rq, dt), rows.reshape(2 * t.Rq, Fw * KCs), out=planar)
+    matmul(real_dft_along_rows(t.Th, t.Rq, dt), rows.reshape(2 * t.Rq, Fw * KCs), out=planar)
     spectrum = workspace.get("fft.kernel", (t.freqs, KCs), np.result_type(dt, np.complex64))
     spectrum.real = planar[:t.Th].reshape(t.freqs, KCs)
     spectrum.imag = planar[t.Th:].reshape(t.freqs, KCs)
@@ -251,7 +252,7 @@ class FFT(Algorithm):
         """Convolve the images of x (a chunk of the batch) with the kernel spectrum into out."""
         spectrum = self.input_spectrum(x, p, t)
         product = self.workspace.get("fft.product", (t.freqs, p.groups, p.Kg, spectrum.shape[-1]), spectrum.dtype)
-        np.matmul(kernel, spectrum, out=product)
+        matmul(kernel, spectrum, out=product)
         scatter_tiles(self.inverse(product, t), t.Rq - 1, t.Sq - 1, t.mh, t.mw, t.nth, t.ntw, out)
 
     # ---- backward_data -------------------------------------------------------------------------------------
@@ -270,7 +271,7 @@ class FFT(Algorithm):
         """dx of the images of dy (a chunk): dy's tiles shifted by the kernel extent, times conj(Wf), scattered."""
         spectrum = self.output_spectrum(dy, p, t, flipped=False)
         product = self.workspace.get("fft.dx_product", kernel.shape[:3] + spectrum.shape[-1:], spectrum.dtype)
-        np.matmul(kernel, spectrum, out=product)
+        matmul(kernel, spectrum, out=product)
         scatter_phases(self.inverse(product, t), t.sh, t.sw, t.nth, t.ntw, rows, cols, out)
 
     # ---- backward_filter -----------------------------------------------------------------------------------
@@ -288,10 +289,10 @@ class FFT(Algorithm):
         xs = self.input_spectrum(x, p, t)
         dys = self.output_spectrum(dy, p, t, flipped=True)
         if first:
-            np.matmul(dys, xs.swapaxes(-1, -2), out=summed)
+            matmul(dys, xs.swapaxes(-1, -2), out=summed)
         else:
             product = self.workspace.get("fft.dw_product", summed.shape, summed.dtype)
-            summed += np.matmul(dys, xs.swapaxes(-1, -2), out=product)
+            summed += matmul(dys, xs.swapaxes(-1, -2), out=product)
 
     # ---- the transforms every pass shares ------------------------------------------------------------------
     def input_spectrum(self, x, p, t):

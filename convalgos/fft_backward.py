@@ -14,6 +14,7 @@ from functools import lru_cache
 import numpy as np
 from numba import njit, prange
 
+from .gemm import matmul
 from .fft_plan import TilePlan
 from .params import ConvParams
 
@@ -90,9 +91,9 @@ def lags_of(summed: np.ndarray, p: ConvParams, t: TilePlan, workspace) -> np.nda
     rows, cols = lag_dft_matrices(t, p.compute_dtype)
     Fw, KC = t.Tw // 2 + 1, p.K * p.Cg * t.sh * t.sw
     lag_rows = workspace.get("fft.lag_rows", (t.Rq, Fw, KC), summed.dtype)
-    np.matmul(rows, summed.reshape(t.Th, Fw * KC), out=lag_rows.reshape(t.Rq, Fw * KC))
+    matmul(rows, summed.reshape(t.Th, Fw * KC), out=lag_rows.reshape(t.Rq, Fw * KC))
     lags = workspace.get("fft.lags", (t.Rq, t.Sq, KC), summed.dtype)
-    np.matmul(cols, lag_rows, out=lags)
+    matmul(cols, lag_rows, out=lags)
     return lags.real.reshape(t.Rq, t.Sq, p.K, -1)
 
 
