@@ -54,15 +54,25 @@ def _stacked(gemm, ops, dims, scalars, stack, a, a_steps, b, b_steps, c, c_steps
 
 
 def _as_fortran(x, rows, cols):
-    """(x usable without a copy, its transpose character, its leading dimension) for a (rows x cols) row-major
-    item seen column-major; a copy when neither axis has unit stride (or a stride is negative)."""
+    """(x, or a copy of it, its transpose character, its leading dimension) for a (rows x cols) row-major item
+    seen column-major; a copy when neither axis has unit stride (or a stride is negative)."""
     size = x.itemsize
     row, col = x.strides[-2:]
-    if col == size and row >= 0 and row % size == 0 and (rows == 1 or row >= cols * size):
-        return x, b"N", max(1, cols if rows == 1 else row // size)
-    if row == size and col >= 0 and col % size == 0 and (cols == 1 or col >= rows * size):
-        return x, b"T", max(1, rows if cols == 1 else col // size)
-    return _as_fortran(np.ascontiguousarray(x), rows, cols)
+    col = size if cols == 1 else col                    # the stride of a length-1 axis is never used
+    row = cols * size if rows == 1 else row
+    if col == size and row >= cols * size and row % size == 0:
+        return x, b"N", max(1, row // size)
+    if row == size and col >= rows * size and col % size == 0:
+        return x, b"T", max(1, col // size)
+    return np.ascontiguousarray(x), b"N", max(1, cols)
+
+
+def broadcast(s, t) -> tuple:
+    """The broadcast of stack shapes ``s`` and ``t`` (np.broadcast_shapes allocates ~6 KB each call)."""
+    s, t = (1,) * (len(t) - len(s)) + tuple(s), (1,) * (len(s) - len(t)) + tuple(t)
+    if any(i != j and 1 not in (i, j) for i, j in zip(s, t)):
+        raise ValueError(f"matmul: stacks of shapes {s} and {t} do not broadcast")
+    return tuple(max(i, j) if 0 not in (i, j) else 0 for i, j in zip(s, t))
 
 
 def matmul(a, b, out=None):
@@ -77,7 +87,7 @@ def matmul(a, b, out=None):
     if k != k2:
         raise ValueError(f"matmul: a's last axis ({k}) does not match b's second last ({k2}); shapes {a.shape} "
                          f"and {b.shape}")
-    stack = np.broadcast_shapes(a.shape[:-2], b.shape[:-2])
+    stack = broadcast(a.shape[:-2], b.shape[:-2])
     shape = stack + (m, n)
     if out is None:
         out = np.empty(shape, dtype)
