@@ -92,15 +92,18 @@ def child(order, case, passes, torch_ops):
     print(json.dumps({k: statistics.median(v) for k, v in samples.items()}))
 
 
-def run_child(order, args):
-    cmd = [sys.executable, os.path.abspath(__file__), "--child", order, "--case", args.case,
+def run_child(run, args):
+    """One fresh process: ``run`` is an import order, or ``tree:order`` for a tree named in --trees."""
+    tree, _, order = run.rpartition(":")
+    root = args.trees.get(tree, ROOT)
+    cmd = [sys.executable, os.path.join(root, "bench", "import_orders.py"), "--child", order, "--case", args.case,
            "--passes", str(args.passes)] + (["--torch-ops"] if args.torch_ops else [])
-    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
     for var in args.unset:
         env.pop(var, None)
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, cwd=ROOT)
     if out.returncode:
-        raise RuntimeError(f"{order}: {out.stderr[-2000:]}")
+        raise RuntimeError(f"{run}: {out.stderr[-2000:]}")
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -113,9 +116,12 @@ def main():
     ap.add_argument("--torch-ops", action="store_true")
     ap.add_argument("--unset", default="OPENBLAS_THREAD_TIMEOUT,OMP_WAIT_POLICY,GOMP_SPINCOUNT",
                     help="environment variables removed in the children (default: the ones convalgos sets)")
+    ap.add_argument("--trees", default="", help="name=path,...: other checkouts to run beside this one; then "
+                                                "--orders lists name:order (this tree: just the order)")
     ap.add_argument("--child", choices=list(FIRST))
     args = ap.parse_args()
     args.unset = [v for v in args.unset.split(",") if v]
+    args.trees = dict(t.split("=", 1) for t in args.trees.split(",") if t)
     if args.child:
         return child(args.child, args.case, args.passes, args.torch_ops)
     orders = args.orders.split(",")
@@ -125,7 +131,10 @@ def main():
             got[o].append(run_child(o, args))
         print(f"round {r + 1}: " + "  ".join(f"{o} {got[o][-1]['autotuned'] * 1e3:.1f}/"
                                              f"{got[o][-1]['direct'] * 1e3:.1f}" for o in orders), flush=True)
-    base = statistics.median(g["autotuned"] for g in got.get("convalgos", got[orders[-1]]))
+    def base(run):              # the same tree's convalgos-first median (none measured: the last order's)
+        tree = run.rpartition(":")[0]
+        first = got.get(f"{tree}:convalgos" if tree else "convalgos", got[orders[-1]])
+        return statistics.median(g["autotuned"] for g in first) * 1e3
     print(f"\n{args.case}{' +torch ops' if args.torch_ops else ''}: ms, median over {args.rounds} processes of "
           f"each one's median of {args.passes} passes (min-max)")
     print("| first import | autotuned | forced direct | autotuned / convalgos-first | autotuned / direct |")
@@ -135,7 +144,7 @@ def main():
         d = [g["direct"] * 1e3 for g in got[o]]
         ratio = statistics.median(x / y for x, y in zip(a, d))
         print(f"| {o} | {statistics.median(a):.1f} ({min(a):.1f}-{max(a):.1f}) | {statistics.median(d):.1f} "
-              f"({min(d):.1f}-{max(d):.1f}) | {statistics.median(a) / base / 1e3:.2f} | {ratio:.2f} |")
+              f"({min(d):.1f}-{max(d):.1f}) | {statistics.median(a) / base(o):.2f} | {ratio:.2f} |")
 
 
 if __name__ == "__main__":
