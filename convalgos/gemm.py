@@ -63,6 +63,9 @@ def _stacked(a, b, c, plan, scalars):
                 _cgemm(o, o + 1, d, d + 4, d + 8, one, pb, d + 12, pa, d + 16, zero, pc, d + 20)
             else:
                 _zgemm(o, o + 1, d, d + 4, d + 8, one, pb, d + 12, pa, d + 16, zero, pc, d + 20)
+    # Numba frees an array after its last use; BLAS reads dims and ops through raw addresses, so they are used
+    # here, after the loop, to keep them alive through it (without this, freed memory was read as dims).
+    return dims[0] + ops[0]
 
 
 def _steps(x, stack) -> list:
