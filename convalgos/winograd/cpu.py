@@ -86,6 +86,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads
 
+from ..gemm import matmul
 from ..params import ConvParams
 from ..registry import Algorithm
 from .cooktoom import cook_toom
@@ -223,7 +224,7 @@ class Winograd(Algorithm):
             self._transform_tiles(xpad, BT, q0, tiles_w, X)
             self._transform_tiles(dy_tiles, G, q0, tiles_w, D)
             product = S if q0 == 0 else self.workspace.get("S_chunk", S.shape, x.dtype)
-            np.matmul(D.reshape(a2, p.groups, p.Kg, P), X.reshape(a2, p.groups, p.Cg, P).transpose(0, 1, 3, 2),
+            matmul(D.reshape(a2, p.groups, p.Kg, P), X.reshape(a2, p.groups, p.Cg, P).transpose(0, 1, 3, 2),
                       out=product)
             if product is not S:
                 S += product
@@ -274,7 +275,7 @@ class Winograd(Algorithm):
         shift_into(src, top, left, pad)
         # with one input channel per group (depthwise) each product is (out x 1) @ (1 x P): an outer product,
         # which broadcasting does in one pass where matmul would make alpha^2 * groups tiny calls
-        gemm = np.multiply if U.shape[-1] == 1 else np.matmul
+        gemm = np.multiply if U.shape[-1] == 1 else matmul
         a2 = self.alpha ** 2
         for q0, P, V, M in self._chunks(p, op, n_in, n_out, src.dtype):
             self._transform_tiles(pad, BT, q0, tiles_w, V)
