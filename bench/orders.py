@@ -35,12 +35,14 @@ HEAVY = ("numpy", "torch", "convalgos", "autotune", "scipy", "numba")
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def add_arguments(ap, rounds: int = 3) -> None:
-    """The options every bench run in orders takes (``resolve`` reads them)."""
+def add_arguments(ap, rounds: int | None = 3) -> None:
+    """The options every bench run in orders takes (``resolve`` reads them); no --order-rounds where ``rounds``
+    is None (one process per order)."""
     ap.add_argument("--orders", default=None, help=f"first imports, comma-separated, each in its own fresh "
                                                    f"processes (default {','.join(ORDERS)}; convalgos with --quick)")
-    ap.add_argument("--order-rounds", type=int, default=None,
-                    help=f"fresh processes per order and case, orders rotated (default {rounds}; 1 with --quick)")
+    if rounds is not None:
+        ap.add_argument("--order-rounds", type=int, default=None,
+                        help=f"fresh processes per order and case, orders rotated (default {rounds}; 1 with --quick)")
     ap.add_argument("--keep-env", action="store_true",
                     help=f"keep {', '.join(THREAD_VARIABLES)} in the children's environment (removed by default)")
     ap.add_argument("--child", action="store_true", help="time in this process and print JSON (what a child does)")
@@ -54,7 +56,7 @@ def resolve(args, rounds: int = 3) -> None:
     if unknown or not names:
         raise SystemExit(f"--orders must name some of {', '.join(ORDERS)}; got {args.orders!r}")
     args.orders = names
-    args.order_rounds = args.order_rounds or (1 if quick else rounds)
+    args.order_rounds = getattr(args, "order_rounds", None) or (1 if quick else rounds)
 
 
 def environment(keep_env: bool) -> dict:
@@ -112,8 +114,11 @@ def describe(args) -> str:
     """How the record's processes were started, for its header."""
     env = ("this process's environment" if args.keep_env
            else f"no {', '.join(THREAD_VARIABLES)} in the environment")
-    return (f"each case in {args.order_rounds} fresh process(es) per import order ({', '.join(args.orders)} "
-            f"imported first), the orders rotated round by round; {env}")
+    first = ", ".join(args.orders)
+    if args.order_rounds == 1:
+        return f"each case in one fresh process per import order ({first} imported first), one after the other; {env}"
+    return (f"each case in {args.order_rounds} fresh processes per import order ({first} imported first), the "
+            f"orders rotated round by round; {env}")
 
 
 def main(argv: list) -> None:
