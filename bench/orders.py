@@ -35,9 +35,9 @@ HEAVY = ("numpy", "torch", "convalgos", "autotune", "scipy", "numba")
 ROOT = Path(__file__).resolve().parent.parent
 
 
-def add_arguments(ap, rounds: int | None = 3) -> None:
+def add_arguments(ap, rounds: int | None = 3, child: bool = True) -> None:
     """The options every bench run in orders takes (``resolve`` reads them); no --order-rounds where ``rounds``
-    is None (one process per order)."""
+    is None (one process per order), no --child where the children run another module."""
     ap.add_argument("--orders", default=None, help=f"first imports, comma-separated, each in its own fresh "
                                                    f"processes (default {','.join(ORDERS)}; convalgos with --quick)")
     if rounds is not None:
@@ -45,7 +45,8 @@ def add_arguments(ap, rounds: int | None = 3) -> None:
                         help=f"fresh processes per order and case, orders rotated (default {rounds}; 1 with --quick)")
     ap.add_argument("--keep-env", action="store_true",
                     help=f"keep {', '.join(THREAD_VARIABLES)} in the children's environment (removed by default)")
-    ap.add_argument("--child", action="store_true", help="time in this process and print JSON (what a child does)")
+    if child:
+        ap.add_argument("--child", action="store_true", help="time in this process and print JSON (a child's job)")
 
 
 def resolve(args, rounds: int = 3) -> None:
@@ -59,30 +60,31 @@ def resolve(args, rounds: int = 3) -> None:
     args.order_rounds = getattr(args, "order_rounds", None) or (1 if quick else rounds)
 
 
-def environment(keep_env: bool) -> dict:
+def environment(keep_env: bool, extra: dict | None = None) -> dict:
     env = dict(os.environ) if keep_env else {k: v for k, v in os.environ.items() if k not in THREAD_VARIABLES}
+    env.update(extra or {})
     env["PYTHONPATH"] = os.pathsep.join([str(ROOT)] + [p for p in [env.get("PYTHONPATH")] if p])
     return env
 
 
-def run_child(order: str, module: str, argv: list, keep_env: bool = False) -> dict:
+def run_child(order: str, module: str, argv: list, keep_env: bool = False, env: dict | None = None) -> dict:
     """The JSON object that ``python -m MODULE ARGV`` prints, run in a fresh process that imported ``order``'s
-    module first."""
+    module first (``env``: variables to set in it)."""
     command = [sys.executable, "-m", "bench.orders", order, module, *argv]
-    done = subprocess.run(command, env=environment(keep_env), capture_output=True, text=True, cwd=ROOT)
+    done = subprocess.run(command, env=environment(keep_env, env), capture_output=True, text=True, cwd=ROOT)
     if done.returncode != 0:
         raise RuntimeError(f"{' '.join(command[1:])} failed:\n{done.stderr[-3000:]}")
     return json.loads(done.stdout.strip().splitlines()[-1])
 
 
-def run(module: str, argv: list, args, label: str = "") -> dict:
+def run(module: str, argv: list, args, label: str = "", env: dict | None = None) -> dict:
     """order -> the children's JSON objects, ``args.order_rounds`` of them per order in ``args.orders``,
     one fresh process each, the orders rotated round by round."""
     names, got = args.orders, {order: [] for order in args.orders}
     for r in range(args.order_rounds):
         for order in names[r % len(names):] + names[:r % len(names)]:
             print(f"  {label} {order} first, round {r + 1}/{args.order_rounds} ...", flush=True)
-            got[order].append(run_child(order, module, argv, args.keep_env))
+            got[order].append(run_child(order, module, argv, args.keep_env, env))
     return got
 
 

@@ -6,7 +6,7 @@
 
 Three thread pools run convalgos' work on a CPU, and each reads how its idle threads wait (spin, or sleep) from
 the environment once, when its library loads. In a user's program numpy (and torch) load before convalgos.
-Measured on 2 shared cores (Sapphire Rapids), fresh processes (bench/import_orders.py):
+Measured on 2 shared cores (Sapphire Rapids), fresh processes (``bench/orders.py``, as bench.nets does):
 
 1. **numpy's OpenBLAS** keeps its worker threads spinning for 2**28 cycles (~0.1 s) after every product. Any GEMM
    on it (im2col, FFT channel mixing, Winograd, Linear) then takes a core from the Numba kernels that follow.
