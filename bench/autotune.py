@@ -27,7 +27,8 @@ and the caller's output buffer:
   more than 5% (below that either choice is fine).
 
 Dispatch overhead: on a small layer, a hit of ``autotune.conv2d`` (``conv2d_input``, ``conv2d_weight``)
-against ``convalgos``' same function with the algorithm the table chose, interleaved, difference of medians.
+against ``convalgos``' same function with the algorithm the table chose, interleaved for 1 s per pass (0.1 s
+with ``--quick``), difference of medians.
 Targets: regret median <= 2% and worst <= 10%; tuning cost median <= 40 and worst <= 150 runs of the choice;
 dispatch overhead <= 10 us.
 """
@@ -147,7 +148,7 @@ def measure_layer(p, op, tunings: int, rounds: int, neighbour, conditions) -> di
     return row
 
 
-def dispatch_overhead(rounds: int) -> dict:
+def dispatch_overhead(rounds: int, min_seconds: float) -> dict:
     """pass -> (microseconds a hit of autotune's function costs over convalgos' same function with the
     algorithm the table chose, over ``convalgos.run`` of that algorithm on the layer's ConvParams built once,
     the algorithm), on ``DISPATCH_LAYER``, called as a user calls them (no out=). The calls go to a fresh
@@ -170,7 +171,7 @@ def dispatch_overhead(rounds: int) -> dict:
             {"autotune": lambda f=ours, a=args: f(*a),
              "convalgos": lambda f=theirs, a=args, n=algo: f(*a, algo=n),
              "run": lambda o=op, a=operands_, n=algo: convalgos.run(ALGORITHMS[n], o, *a, p)},
-            rounds, warmup=20, min_seconds=1.0)
+            rounds, warmup=20, min_seconds=min_seconds)
         median = {k: measure.median(v) for k, v in samples.items()}
         results[op] = ((median["autotune"] - median["convalgos"]) * 1e6,
                        (median["autotune"] - median["run"]) * 1e6, algo)
@@ -193,7 +194,7 @@ def measure_all(args, conditions) -> dict:
         dispatch = {}
         for c in conditions:
             with disturbed(neighbour, c):
-                dispatch[c] = dispatch_overhead(200 if args.quick else 2000)
+                dispatch[c] = dispatch_overhead(200, 0.1) if args.quick else dispatch_overhead(2000, 1.0)
     finally:
         if neighbour is not None:
             neighbour.close()

@@ -7,8 +7,8 @@ each single algorithm, and torch's twin of the model, in each import order; benc
 
 Each model is measured in fresh processes, one per import order (numpy, torch or convalgos imported first) and
 round, the orders rotated round by round (``bench.orders``); the record pools the samples of an order's
-processes. In each process, after a JIT warm-up, every mode trains its own copy of the same weights with ``optim.SGD(lr=0.1, momentum=0.9,
-weight_decay=5e-4)`` on one fixed batch with random labels:
+processes. In each process, after a JIT warm-up, every mode trains its own copy of the same weights with
+``optim.SGD(lr=0.1, momentum=0.9, weight_decay=5e-4)`` on one fixed batch with random labels:
 
 - ``autotuned``: every pass of every conv through a benchmark-mode Tuner (tuned cold on the first step, after
   a JIT warm-up on batch-2 copies, so compilation is reported apart);
