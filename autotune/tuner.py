@@ -78,7 +78,7 @@ class Tuner:
                  benchmark_limit=None, workspace_limit=None, patience=None, timer=None, heuristics=None,
                  cache_path=None, retune_warning=8, time_budget=1.0, cost_cap=20.0, min_runs=3, max_runs=50,
                  precision=0.01, abandon_ratio=3.0, settle_ratio=1.1, spike_ratio=1.5, tie_tolerance=0.01,
-                 prune_ratio=6.0, contention_ratio=0.3, confirm_after=3):
+                 prune_ratio=6.0, contention_ratio=0.3, confirm_after=1):
         self.algorithms = algorithms
         self.devices = DEVICES if devices is None else list(devices)
         self.benchmark, self.deterministic, self.patience = benchmark, deterministic, patience
@@ -218,8 +218,8 @@ class Tuner:
 
     def _confirm(self, entry: Entry, call: Call, a, b, out, registry: dict) -> Entry:
         """A choice measured under contention (``tuning.contention``) is timed again on its ``confirm_after``-th
-        hit, once: by then the pool or process that shared the cores has usually gone quiet. The new entry
-        replaces it, marked ``confirmed``."""
+        hit (the next call, by default: still part of a model's first passes, where tuning is expected), once;
+        the new entry replaces it, marked ``confirmed``."""
         with self._tuning:
             seen = self._hits_since_contended.get(call.key, 0) + 1
             self._hits_since_contended[call.key] = seen
