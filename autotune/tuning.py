@@ -16,7 +16,10 @@
    whichever candidate ran first abandoned.
 2. Each candidate runs once on the real operands as a warm-up (JIT compilation included, reported apart) and
    its result is checked against the float64 reference (``measure.ReferenceCheck``); one outside its
-   tolerance is rejected, and one that raises anything at all is skipped with the error recorded.
+   tolerance is rejected, and one that raises anything at all is skipped with the error recorded. The shared
+   output is poisoned with NaN before each candidate's checked run (``measure.poison``), so one that leaves
+   an element unwritten cannot pass on the previous candidate's answer: it is rejected. Before it, the
+   device drops what the previous candidate left cached (``before_candidate``: the GPU's memory pool).
 3. The race: timed rounds, interleaved. No candidate is judged on one run. A run slower than ``spike_ratio``
    times the candidate's fastest run (its warm-up included) is a spike: another process took the core. It
    does not enter the candidate's median (``measure.without_spikes``), nor count as evidence; the warm-up
@@ -38,7 +41,7 @@ from __future__ import annotations
 
 from convalgos import UnsupportedError
 
-from .measure import ReferenceCheck, choose, median, noise, rotate, without_spikes
+from .measure import ReferenceCheck, choose, median, noise, poison, rotate, without_spikes
 from .table import Entry, Key, MiB
 
 
@@ -107,9 +110,11 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
 
         result = []
         try:
+            device.before_candidate()
             if key.prepared and algorithm.prepares(op):
                 entry.prepare_seconds[name] = timer.time(lambda: form.append(algorithm.prepare(b, p, op)))
                 entry.prepare_bytes[name] = form[0].nbytes
+            poison(out)
             entry.warmup[name] = timer.time(lambda: result.append(call()))
         except Exception as e:  # noqa: BLE001 - whatever a candidate raises skips it, never the user's call
             skipped[name] = f"failed: {type(e).__name__}: {e}"
@@ -117,11 +122,15 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
             continue
         if device.last_workspace is not None:
             workspace[name] = device.last_workspace
-        entry.errors[name] = checker.error(device.host(result[0]))
-        tolerance = algorithm.tolerance_of(op, p.dtype)
+        host = device.host(result[0])
+        entry.errors[name] = checker.error(host)
+        tolerance, unwritten = algorithm.tolerance_of(op, p.dtype), checker.unwritten(host)
         if not entry.errors[name] <= tolerance:
             skipped[name] = (f"rejected: normwise error {entry.errors[name]:.1e} exceeds its {p.dtype} "
                              f"tolerance {tolerance:.0e}")
+        elif unwritten:
+            skipped[name] = (f"rejected: {unwritten} of {host.size} output elements NaN from finite operands "
+                             f"(left unwritten: the output was NaN-poisoned before the run)")
         else:
             calls[name] = call
     race = Race(tuner, calls, entry.warmup, timer, device, registry)

@@ -64,7 +64,11 @@ class Fake(Algorithm):
         self.outputs.append(out)
         if self.raises is not None and self.calls > self.raise_from:
             raise self.raises
-        out[...] = reference.PASS[op](a, b, p)
+        if self.wrong == "skips_channel_1":       # a kernel skipping a tile: channel 1 keeps what it held
+            result = reference.PASS[op](a, b, p)
+            out[:, :1], out[:, 2:] = result[:, :1], result[:, 2:]
+        else:
+            out[...] = reference.PASS[op](a, b, p)
         if self.wrong == "everywhere":
             out *= 1.01
         elif self.wrong == "last_row":
