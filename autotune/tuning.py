@@ -70,7 +70,8 @@ def candidates(tuner, key: Key, registry: dict, kind: str) -> tuple[list, dict, 
                         f"{over[smallest]} bytes ({over[smallest] / MiB:.2f} MiB, {smallest})")
         raise UnsupportedError(f"{message}. Reasons: {skipped}")
     flops = {name: registry[name].flops(p, op) for name in names}
-    ranked, rule = tuner.heuristics.rank(p, names, op=op, device=kind, flops=flops, prepared=key.prepared)
+    ranked, rule = tuner.heuristics.rank(p, names, op=op, device=kind, flops=flops, prepared=key.prepared,
+                                         workspace=workspace)
     return ranked, workspace, skipped, rule
 
 
