@@ -76,9 +76,10 @@ def summary(run: stages.Run) -> list[str]:
                      f"{step['heuristic'] / step['autotuned']:.2f}x per step, "
                      f"{forward['heuristic'] / forward['autotuned']:.2f}x per forward pass")
         if "torch cuDNN" in step:
-            lines.append(f"{net['model']} b{net['batch']}: autotuned / torch cuDNN {step['autotuned'] / step['torch cuDNN']:.2f}x "
-                         f"per step (target <= 3), {forward['autotuned'] / forward['torch cuDNN']:.2f}x per forward "
-                         f"pass (target <= 2)")
+            torch = step["torch cuDNN"], forward["torch cuDNN"]
+            lines.append(f"{net['model']} b{net['batch']}: autotuned / torch cuDNN {step['autotuned'] / torch[0]:.2f}x "
+                         f"per step (target <= 3), {forward['autotuned'] / torch[1]:.2f}x per forward pass "
+                         f"(target <= 2)")
     lines += [f"did not finish: {d}" for d in run.died]
     if run.cut:
         lines.append(f"cut by the time budget: {', '.join(run.cut)}")
