@@ -13,8 +13,11 @@ from convalgos.arrays import simulator_enabled
 
 #: the prefix of a job's protocol lines on stdout (anything else a library prints there is ignored).
 MARK = "@@gpu_check "
+#: the tuner's race under the simulator, where a run costs ~1 ms per simulated thread: one timed run each.
+SIM_RACE = dict(min_runs=1, max_runs=1, time_budget=0.0)
 #: test hook: "ALGO:sticky" makes ALGO's check job raise a CUDA-like error and find the context dead (as after
-#: an illegal address); "ALGO:abort" kills that job's process mid-case (as a segfault would). Comma-separated.
+#: an illegal address); "ALGO:abort" kills that job's process mid-case (as a segfault would); "time:abort" kills
+#: the first time job at its second (layer, pass). Comma-separated.
 FAULT_ENV = "GPU_CHECK_FAULT"
 
 
@@ -54,6 +57,7 @@ class Device:
         self.simulated = simulator_enabled()
         self.tuner_device = SimulatedGpuDevice() if self.simulated else GpuDevice()
         self.xp, self.timer = self.tuner_device.xp, self.tuner_device.timer
+        self.race = SIM_RACE if self.simulated else {}
 
     def asarray(self, a):
         return self.xp.asarray(a)

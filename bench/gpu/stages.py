@@ -207,7 +207,7 @@ def nets(run: Run) -> None:
     rep.heading("Forward pass and training step (ms): autotuned, the heuristic's choices, torch's same model")
     rep.line("TF32 off on both sides; torch with cudnn.benchmark on; the first step's loss of each from the same "
              "weights and batch.")
-    for name, (batch, size) in ({"tiny": (2, 4)} if run.simulate else timing_nets()).items():
+    for name, (batch, size) in ({"tiny": (2, 3)} if run.simulate else timing_nets()).items():
         def on(event, name=name):
             if event["kind"] == "tuned":
                 rep.line(f"\n{name} b{event['batch']} {event['size']}x{event['size']}: tuned {event['keys']} keys "
