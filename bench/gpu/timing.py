@@ -154,6 +154,33 @@ def run_time(skip: int = 0) -> None:
         dev.free()
 
 
+def pass_times(p: ConvParams, op: str, rounds: int, slow: float) -> dict:
+    """name -> median seconds of pass ``op`` of layer p for every GPU algorithm that has it, on the device
+    (``bench.heuristics --device cuda``); one over ``slow`` times the fastest first run is timed once."""
+    from convalgos import cuda as gpu
+    dev = Device()
+    rng = np.random.default_rng(0)
+    x = dev.asarray(rng.standard_normal(p.in_shape).astype(np.float32))
+    w = dev.asarray((rng.standard_normal(p.weight_shape) / np.sqrt(p.Cg * p.R * p.S)).astype(np.float32))
+    dy = dev.asarray(rng.standard_normal(p.out_shape).astype(np.float32))
+    a, b = pass_operands(op, x, w, dy)
+    calls = {}
+    for name, algorithm in gpu.ALGORITHMS.items():
+        if algorithm.supports(p, op):
+            out = dev.xp.empty(p.result_shape(op), np.float32)
+            calls[name] = functools.partial(convalgos.run, algorithm, op, a, b, p, out)
+    for fn in calls.values():
+        fn()                                         # compilation, first touch
+    first = {name: dev.timer.time(fn) for name, fn in calls.items()}
+    once = {name for name, t in first.items() if t > slow * min(first.values())}
+    samples = interleaved({n: f for n, f in calls.items() if n not in once}, rounds, timer=dev.timer, warmup=0,
+                          min_seconds=0.0 if dev.simulated else MIN_SECONDS)
+    times = {name: median(s) for name, s in samples.items()}
+    times.update({name: first[name] for name in once})
+    dev.free()
+    return times
+
+
 class TorchTimer:
     """Seconds of GPU time of a torch call, between two torch CUDA events after a synchronise."""
 
