@@ -55,7 +55,7 @@ def summary(run: stages.Run) -> list[str]:
     bad = [r for r in runs if r["status"] != "ok"]
     lines = [f"correctness: {len(runs) - len(bad)}/{len(runs)} runs within tolerance with nothing left unwritten"
              f" ({len({r['algo'] for r in run.check_rows})} algorithms)"]
-    lines += [f"  {r['status']}: {r['algo']} {PASS_NAMES[r['op']]} {r['dtype']} on {r['layer']}"
+    lines += [f"{r['status']}: {r['algo']} {PASS_NAMES[r['op']]} {r['dtype']} on {r['layer']}"
               + (f", error {r['error']:.2e} > {r['tol']:.0e}" if r.get("error") is not None else "")
               + (f", {r['unwritten']} elements unwritten" if r.get("unwritten") else "")
               + (f": {r['note']}" if r.get("note") else "") for r in bad]
