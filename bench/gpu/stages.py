@@ -12,6 +12,10 @@ from .report import PASS_NAMES, Report, check_cell, timing_cells, timing_columns
 from .runner import ROOT, job_env, run_job
 
 
+#: the correctness stage's share of the time left when it starts, and the least any one algorithm's job gets.
+CHECK_SHARE, CHECK_MIN_S = 0.5, 20.0
+
+
 class Run:
     """What the stages share: the report, simulate or not, the deadline, and what was found so far."""
 
@@ -87,7 +91,10 @@ def correctness(run: Run) -> None:
     rep.heading("Correctness: normwise error against the float64 reference, outputs NaN-poisoned before each run")
     rep.line("Each algorithm in its own process. A cell: error and status (ok within the algorithm's tolerance "
              "for the pass and dtype, no element left NaN); '-' unsupported (reasons below each table).")
-    for name in gpu.ALGORITHMS:
+    names = list(gpu.ALGORITHMS)
+    stage_end = time.perf_counter() + CHECK_SHARE * (run.deadline - time.perf_counter())
+    for i, name in enumerate(names):
+        cap = max(CHECK_MIN_S, (stage_end - time.perf_counter()) / (len(names) - i))
         expected = check.cases(name, run.simulate)
         groups = list(dict.fromkeys((c["op"], c["dtype"]) for c in expected))
         got, written, notes = {}, set(), []
@@ -111,7 +118,7 @@ def correctness(run: Run) -> None:
                     write(group)
             elif event["kind"] == "sticky":
                 notes.append(f"- the CUDA context died (sticky error: {event['error']}); the job ended there")
-        outcome = run.job(f"check {name}", ["check", name], on, cap=60)
+        outcome = run.job(f"check {name}", ["check", name], on, cap=cap)
         for group in groups:
             if group not in written:
                 write(group)
