@@ -1,12 +1,11 @@
-"""autotune.nn on the GPU's code paths: every layer but the conv, the loss and SGD, moved to "cuda" (under the
-simulator: NumPy arrays, array-module code instead of the CPU kernels), equal the CPU's, forward and backward."""
+"""autotune.nn on the GPU's code paths: every layer but the conv, the loss and SGD, moved to "cuda" (CuPy arrays;
+under the simulator NumPy arrays, array-module code instead of the CPU kernels), equal the CPU's, forward and
+backward."""
 import numpy as np
 import pytest
 
 from autotune import nn, optim
-from convalgos.arrays import simulator_enabled
-
-pytestmark = pytest.mark.skipif(not simulator_enabled(), reason="NumPy stands in for CuPy only under the simulator")
+from autotune.nn.device import move, to_host
 
 LAYERS = {
     "relu": lambda: nn.ReLU(),
@@ -28,6 +27,8 @@ def host_and_gpu(make):
 
 
 def assert_same(a, b, tol):
+    """``a`` (the CPU's) and ``b`` (the GPU's, read back) agree in dtype, shape and values, NaN included."""
+    b = to_host(b)
     assert a.dtype == b.dtype and a.shape == b.shape
     np.testing.assert_allclose(a, b, rtol=tol, atol=tol, equal_nan=True)
 
@@ -42,12 +43,12 @@ def test_layer_on_the_gpu_path_equals_the_cpu_kernels(name, train):
     cpu, gpu = host_and_gpu(LAYERS[name])
     cpu.train(train), gpu.train(train)
     y = cpu(x)
-    assert_same(y, gpu(x), 1e-6)
+    assert_same(y, gpu(move(x, "cuda")), 1e-6)
     if name == "batchnorm":
         assert_same(cpu.running_var, gpu.running_var, 1e-6)
     if train:
         dy = rng.standard_normal(y.shape).astype(np.float32)
-        assert_same(cpu.backward(dy, input_grad=True), gpu.backward(dy, input_grad=True), 1e-5)
+        assert_same(cpu.backward(dy, input_grad=True), gpu.backward(move(dy, "cuda"), input_grad=True), 1e-5)
         for key, grad in cpu.grad_dict().items():
             assert_same(grad, gpu.grad_dict()[key], 1e-5)
 
@@ -55,8 +56,8 @@ def test_layer_on_the_gpu_path_equals_the_cpu_kernels(name, train):
 def test_loss_and_sgd_on_the_gpu_path():
     rng = np.random.default_rng(1)
     logits, labels = rng.standard_normal((4, 5)).astype(np.float32), np.array([0, 4, 2, 2])
-    loss = nn.CrossEntropyLoss()
-    assert loss(logits, labels) == pytest.approx(nn.CrossEntropyLoss()(logits, labels), rel=1e-7)
+    assert nn.CrossEntropyLoss()(move(logits, "cuda"), labels) == pytest.approx(
+        nn.CrossEntropyLoss()(logits, labels), rel=1e-6)
     cpu, gpu = host_and_gpu(lambda: nn.Linear(5, 3))
     x = rng.standard_normal((4, 5)).astype(np.float32)
     steps = [optim.SGD(m, lr=0.1, momentum=0.9, weight_decay=1e-2, nesterov=True) for m in (cpu, gpu)]
@@ -64,7 +65,7 @@ def test_loss_and_sgd_on_the_gpu_path():
         for m, opt in zip((cpu, gpu), steps):
             m.train()
             m.zero_grad()
-            m.backward(m(x), input_grad=False)
+            m.backward(m(move(x, m.device)), input_grad=False)
             opt.step()
     assert_same(cpu.weight, gpu.weight, 1e-6)
 
@@ -74,7 +75,7 @@ def test_to_checks_the_device_and_back_to_cpu_keeps_the_arrays():
     with pytest.raises(ValueError, match="device must be one of \\['cpu', 'cuda'\\], got 'tpu'"):
         m.to("tpu")
     assert m.to("cuda:0").device == "cuda" and m.to("cpu").device == "cpu"
-    assert isinstance(m.running_var, np.ndarray)
+    assert type(m.running_var) is np.ndarray
 
 
 def test_a_cupy_input_to_a_cpu_layer_says_how_to_fix_it():
