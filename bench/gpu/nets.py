@@ -16,7 +16,7 @@ import numpy as np
 from autotune import Tuner, models, nn, optim
 from autotune.measure import interleaved, median
 
-from .common import Device, emit
+from .common import Device, emit, short_error
 
 ROUNDS, MIN_SECONDS = 5, 0.5
 #: model name -> (batch, input size) the check runs.
@@ -113,7 +113,10 @@ def run_net(name: str, batch: int, size: int) -> None:
     x = dev.asarray(x_host)
     sides = {"autotuned": Side(tuned, x, labels), "heuristic": Side(build(name, dev, benchmark=False)[0], x, labels)}
     if torch_usable() and not dev.simulated:
-        sides["torch cuDNN"] = TorchSide(tuned, x_host, labels)    # the weights before any step: the same start
+        try:
+            sides["torch cuDNN"] = TorchSide(tuned, x_host, labels)    # the weights before any step: the same start
+        except Exception as e:  # noqa: BLE001 - our two sides are still worth timing
+            emit("note", text=f"no torch side: {short_error(e)}")
     losses, start = {}, time.perf_counter()
     losses["autotuned"] = sides["autotuned"].step()                  # tunes every pass of every layer
     dev.synchronize()

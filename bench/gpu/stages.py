@@ -220,6 +220,8 @@ def nets(run: Run) -> None:
                 rep.line(f"\n{name} b{event['batch']} {event['size']}x{event['size']}: tuned {event['keys']} keys "
                          f"in {event['tuning_s']:.1f} s; choices per pass {event['choices']}; first-step losses "
                          + ", ".join(f"{k} {v:.6f}" for k, v in event["losses"].items()))
+            elif event["kind"] == "note":
+                rep.line(f"\n{name}: {event['text']}")
             elif event["kind"] == "row":
                 run.nets.append(event)
                 sides = list(event["step_ms"])

@@ -97,7 +97,7 @@ def candidates(dev: Device, op: str, s: dict, x, w, dy, p, out, row: dict) -> di
             ready[name] = fn
         except Exception as e:  # noqa: BLE001 - out of memory or a kernel failure: skip it, with the reason
             row["notes"][name] = short_error(e)
-            if dev.alive():
+            if dev.alive() is not None:               # the context died: this job ends, the parent goes on
                 raise
             dev.free()
     for label, tuner in tuners.items():
@@ -131,8 +131,9 @@ def time_calls(dev: Device, calls: dict, row: dict) -> dict:
         for name, e in failed.items():
             row["notes"][name] = short_error(e)
             del calls[name]
-        if dev.alive():
-            raise RuntimeError(f"the CUDA context died while timing: {dev.alive()}")
+        dead = dev.alive()
+        if dead is not None:
+            raise RuntimeError(f"the CUDA context died while timing: {dead}")
         dev.free()
     return {}
 
