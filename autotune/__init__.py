@@ -44,6 +44,21 @@ def default_tuner() -> Tuner:
     return _default
 
 
+_simulated = []
+
+
+def simulated_gpu_tuner() -> Tuner:
+    """The Tuner of convs on the simulated GPU (a model moved to "cuda" under ``NUMBA_ENABLE_CUDASIM=1``: the
+    GPU registry on NumPy arrays, ``devices.SimulatedGpuDevice``), with the module-level flags."""
+    if not _simulated:
+        from .devices import SimulatedGpuDevice
+        _simulated.append(Tuner(devices=[SimulatedGpuDevice()]))
+    for name in FLAG_CHECKS:
+        if getattr(_simulated[0], name) != getattr(_default, name):
+            setattr(_simulated[0], name, getattr(_default, name))
+    return _simulated[0]
+
+
 #: the submodules imported at their first use as attributes (``autotune.models``).
 SUBMODULES = ("nn", "models", "optim", "data", "train", "profile")
 
@@ -79,5 +94,5 @@ class _FlagModule(types.ModuleType):
 sys.modules[__name__].__class__ = _FlagModule
 
 __all__ = ["conv2d", "conv2d_input", "conv2d_weight", "flags", "dispatch_table", "cache_info", "clear", "save",
-           "load", "Tuner", "Key", "Entry", "CacheInfo", "DispatchTable", "default_tuner", "benchmark",
-           "deterministic", "benchmark_limit", "workspace_limit", "patience"]
+           "load", "Tuner", "Key", "Entry", "CacheInfo", "DispatchTable", "default_tuner", "simulated_gpu_tuner",
+           "benchmark", "deterministic", "benchmark_limit", "workspace_limit", "patience"]

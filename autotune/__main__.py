@@ -191,6 +191,8 @@ def tune_and_report(ap, args) -> int:
         torch_conv = profile.torch_conv2d(args.device) if args.dtype != "float16" else None
         if torch_conv is not None:
             passes["torch"] = torch_conv
+            if torch_conv.tf32:
+                print(f"torch's comparison on the GPU: TF32 turned off (torch reports {torch_conv.tf32})", file=out)
         profile.jit_warmup(layer_params, args.dtype, registry, xp)
         times, abandoned = profile.time_passes(workload, passes, args.rounds, timer=timer,
                                                min_seconds=0.3 * args.rounds)

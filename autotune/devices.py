@@ -14,7 +14,10 @@ A device answers, for the tuner:
 - ``run(algorithm, op, a, b, p, out, bias, prepared)``: one pass through ``convalgos.run``; ``last_workspace``: bytes
   the last run newly allocated, where the device can see it (the GPU's memory pool), else None;
 - ``host(a)``: a NumPy view or copy of a result, for the reference check;
-- ``release(algorithm)``: free what a failed candidate left behind.
+- ``release(algorithm)``: free what a failed candidate left behind;
+- ``before_candidate()``: called before each candidate's checked run while tuning (the GPU frees its memory
+  pool's cached blocks, so the previous candidate's temporaries neither hide this one's workspace growth nor
+  hold memory it may need).
 
 ``SimulatedGpuDevice`` runs the GPU registry on NumPy arrays under the Numba CUDA simulator, so the GPU tuning
 path is tested without a GPU (``Tuner(devices=[SimulatedGpuDevice()])``).
@@ -72,6 +75,9 @@ class CpuDevice:
     def release(self, algorithm) -> None:
         algorithm.release()
 
+    def before_candidate(self) -> None:
+        """Nothing to drop on the CPU (kept buffers are the algorithms' own, counted in their workspace)."""
+
 
 class CudaEventTimer:
     """Seconds of GPU time of a call: CUDA events around it, after a synchronise."""
@@ -98,7 +104,8 @@ class GpuDevice(CpuDevice):
     - a run is timed between two CUDA events recorded after a synchronise;
     - a candidate's workspace is the growth of CuPy's memory pool during its warm-up run (its kept buffers
       are allocated then; temporaries served by blocks already in the pool are not counted);
-    - after a failed candidate (out of memory, or any other error) the pool's cached blocks are freed.
+    - before each candidate's checked run, and after a failed candidate (out of memory, or any other error),
+      the pool's cached blocks are freed.
     """
 
     kind = "cuda"
@@ -139,6 +146,10 @@ class GpuDevice(CpuDevice):
     def release(self, algorithm) -> None:
         import cupy
         algorithm.release()
+        cupy.get_default_memory_pool().free_all_blocks()
+
+    def before_candidate(self) -> None:
+        import cupy
         cupy.get_default_memory_pool().free_all_blocks()
 
 

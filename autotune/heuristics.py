@@ -13,8 +13,14 @@ layer class and records, per class, the algorithms from fastest to slowest. The 
 ``min_feature`` / ``max_feature`` bound it (inclusive). The first rule whose ``when`` holds fires; an empty
 ``when`` always holds (the default rule, kept last). Algorithms the rule does not name rank after the named
 ones, in the order given. Where the file has no rules for a device and pass (the GPU, until it is measured),
-the algorithms rank by their own FLOP count for the layer, fewest first, and the rule's name says so.
-``{"rules": [...]}`` (no "devices") is the same rules for every device and pass.
+the algorithms rank by their own FLOP count for the layer, fewest first, and the rule's name says so; where
+the file has a seed for the device (``"seeds": {"cuda": {"flops_per_second", "bytes_per_second"}}``: a
+datasheet's peak and memory bandwidth, not a measurement), by an estimate from FLOPs and workspace instead,
+
+    time = FLOPs / flops_per_second + 2 x workspace bytes / bytes_per_second    (the workspace written, then read)
+
+and the rule's name says that too. ``{"rules": [...]}`` (no "devices") is the same rules for every device and
+pass.
 
 A pass run on a prepared weight (eval mode: the weight's transform is made once, not timed) has its own rules
 under ``"<pass> prepared"`` ("forward prepared"), measured that way: Winograd and FFT rank higher there.
@@ -83,10 +89,15 @@ class Heuristics:
         measured = passes.get(f"{op} prepared") if prepared else None
         return list(measured or passes.get(op, []))
 
+    def seed(self, device: str):
+        """The device's seed (``flops_per_second``, ``bytes_per_second``), or None."""
+        return (self.data.get("seeds") or {}).get(device)
+
     def rank(self, p: ConvParams, names, op: str = "forward", device: str = "cpu", flops=None,
-             prepared: bool = False) -> tuple[list, str]:
+             prepared: bool = False, workspace=None) -> tuple[list, str]:
         """``names`` ordered best first by the first matching rule, and that rule's name. With no rule for the
-        device and pass: by ``flops`` (name -> FLOPs) when given, else as given."""
+        device and pass: by the seed's estimate from ``flops`` and ``workspace`` (name -> bytes) where the
+        device has a seed, else by ``flops`` (name -> FLOPs) when given, else as given."""
         names, f = list(names), features(p)
         for rule in self.rules(op, device, prepared):
             if matches(rule.get("when", {}), f):
@@ -95,6 +106,13 @@ class Heuristics:
         if flops is None:
             return names, "registration order"
         why = "no rule matched" if self.rules(op, device, prepared) else f"no measured rules for {device} {op}"
+        seed = self.seed(device)
+        if seed is not None and workspace is not None:
+            fps, bps = seed["flops_per_second"], seed["bytes_per_second"]
+            cost = {n: flops[n] / fps + 2 * workspace.get(n, 0) / bps for n in names}
+            return sorted(names, key=lambda n: (cost[n], names.index(n))), (
+                f"seeded by FLOPs and workspace, not measured: least FLOPs / {fps:.3g} per s + 2 x workspace "
+                f"bytes / {bps:.3g} per s first ({why})")
         return sorted(names, key=lambda n: (flops[n], names.index(n))), f"fewest FLOPs first ({why})"
 
     def slowdowns(self, rule_name: str, names, op: str = "forward", device: str = "cpu",

@@ -115,6 +115,13 @@ def choose(samples: dict, tie_tolerance: float, preference) -> tuple[str, list]:
 
 
 # ---- the sampled reference check ------------------------------------------------------------------------------
+def poison(out) -> None:
+    """Fill a float output (NumPy or CuPy) with NaN before a checked run, so an element the run leaves unwritten
+    shows (``ReferenceCheck.unwritten``) instead of inheriting what the previous candidate wrote there."""
+    if out.dtype.kind == "f":
+        out.fill(float("nan"))
+
+
 def _ends(n: int) -> list:
     """The first and the last index of n (the one index when n is 1)."""
     return sorted({0, n - 1})
@@ -136,7 +143,9 @@ class ReferenceCheck:
 
     A small layer is its own sample. The float64 reference of a whole VGG layer costs 0.2-0.8 s here (10-40
     runs of the fast algorithms); the sample costs a small fraction of that and holds every border and the
-    channel remainders an algorithm's blocking leaves.
+    channel remainders an algorithm's blocking leaves. What the sample does not hold is checked for the one
+    fault that hides there, an element never written: the output is poisoned with NaN before the run
+    (``poison``), and ``unwritten`` counts the NaN left anywhere in it, when the operands were finite.
 
     NaN and Inf operands (a diverged loss, one bad pixel) are judged by ``judge``: by where the result's NaN
     and Inf entries are, not by a NaN norm.
@@ -178,6 +187,11 @@ class ReferenceCheck:
         if self.op == "backward_data":
             return out[self.images][:, self.channels]
         return out[self.outputs][:, self.local]
+
+    def unwritten(self, out) -> int:
+        """How many elements of a whole result are NaN although the operands were finite (0 when they were not):
+        left unwritten after ``poison``, or NaN made from finite numbers."""
+        return int(np.isnan(np.asarray(out)).sum()) if self.operands_finite else 0
 
     def error(self, out) -> float:
         """max|sample - reference| / max|reference| over the finite entries; inf when ``judge`` finds it wrong."""

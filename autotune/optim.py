@@ -10,6 +10,7 @@ For each parameter p with gradient g (``torch.optim.SGD``, dampening 0):
 The work is done in place in one reused work array (nesterov's update is applied as two subtractions, equal
 to torch's within rounding). Momentum buffers are kept by parameter name, so ``load_state_dict`` (which
 replaces the model's arrays) does not orphan them. Parameters without a gradient are skipped, as in torch.
+The same code runs on CuPy arrays (a model moved to "cuda"): a momentum buffer follows its parameter's device.
 """
 from __future__ import annotations
 
@@ -17,6 +18,10 @@ import numbers
 from collections import OrderedDict
 
 import numpy as np
+
+from convalgos.arrays import array_module
+
+from .nn.device import like, to_host
 
 
 def _number(name: str, value, *, minimum: float = 0.0) -> float:
@@ -55,22 +60,25 @@ class SGD:
             g = grads.get(name)
             if g is None:
                 continue
+            xp = array_module(p)
             d = self._scratch(p)                           # g + weight_decay * p, without a fresh array
-            np.multiply(p, self.weight_decay, out=d)
+            xp.multiply(p, self.weight_decay, out=d)
             d += g
             if self.momentum:
                 buf = self.momentum_buffers.get(name)
                 if buf is None:
                     buf = self.momentum_buffers[name] = d.copy()
                 else:
+                    if array_module(buf) is not xp:        # the model moved since the last step
+                        buf = self.momentum_buffers[name] = like(to_host(buf), p)
                     buf *= self.momentum
                     buf += d
                 if self.nesterov:                          # p -= lr * (d + momentum * buf)
                     d *= self.lr
                     p -= d
-                    np.multiply(buf, self.lr * self.momentum, out=d)
+                    xp.multiply(buf, self.lr * self.momentum, out=d)
                 else:                                      # p -= lr * buf
-                    np.multiply(buf, self.lr, out=d)
+                    xp.multiply(buf, self.lr, out=d)
             else:
                 d *= self.lr
             p -= d
@@ -78,9 +86,11 @@ class SGD:
     def _scratch(self, p: np.ndarray) -> np.ndarray:
         """A work array of p's shape and dtype: a view of one buffer per dtype, kept across steps (a fresh
         array per parameter per step would pay the page faults of VGG-16's 400 MB layer every step)."""
-        buf = self._buffers.get(p.dtype)
+        xp = array_module(p)
+        key = (xp.__name__, p.dtype)
+        buf = self._buffers.get(key)
         if buf is None or buf.size < p.size:
-            buf = self._buffers[p.dtype] = np.empty(max(p.size, 0 if buf is None else buf.size), p.dtype)
+            buf = self._buffers[key] = xp.empty(max(p.size, 0 if buf is None else buf.size), p.dtype)
         return buf[:p.size].reshape(p.shape)
 
     def zero_grad(self) -> None:

@@ -10,6 +10,9 @@ runs forward, loss, backward and the SGD step, then measures the held-out accura
 epoch tunes every pass of every layer at each new batch shape; its tuning seconds (the tuner's own count)
 are reported apart, so the steady time per epoch shows what the choices bought.
 
+``device="cuda"`` moves the model there (``model.to``) and each batch with it; the loss, the metrics and the
+choices are read back on the host (under the simulator the model takes the GPU's code paths on NumPy arrays).
+
 ``deterministic=True`` makes the same command give the same numbers, bit for bit: only deterministic
 algorithms, and the heuristic chooses them instead of timing (benchmark off), because timings, and so the
 choices, differ from run to run. This is torch's advice for cuDNN too (``benchmark=False`` with
@@ -25,6 +28,7 @@ import numpy as np
 import autotune
 
 from . import data, models, nn, optim
+from .nn.device import move, to_host
 
 #: data set name -> (loader(seed) -> (x_train, y_train, x_test, y_test), the models it suits).
 DATASETS = {"digits": (lambda seed: data.load_digits(size=32, seed=seed), ("lenet5",))}
@@ -46,11 +50,16 @@ def batches(n: int, batch_size: int, rng) -> list[np.ndarray]:
     return [order[i:i + batch_size] for i in range(0, n, batch_size)]
 
 
+def predict(model, x) -> np.ndarray:
+    """The model's logits for host batch ``x``, computed on the model's device and read back."""
+    return to_host(model(move(x, model.device)))
+
+
 def accuracy(model, x, y, batch_size: int) -> float:
     """The fraction of ``x`` that ``model`` classifies as ``y``, in eval mode (the mode is restored)."""
     was_training = model.training
     model.eval()
-    right = sum(int((np.argmax(model(x[i:i + batch_size]), axis=1) == y[i:i + batch_size]).sum())
+    right = sum(int((np.argmax(predict(model, x[i:i + batch_size]), axis=1) == y[i:i + batch_size]).sum())
                 for i in range(0, len(x), batch_size))
     model.train(was_training)
     return right / len(x)
@@ -61,13 +70,13 @@ def train_epoch(model, opt, loss_fn, x, y, batch_size, rng, bar=None) -> tuple[f
     model.train()
     total_loss, right, seen = 0.0, 0, 0
     for idx in batches(len(x), batch_size, rng):
-        logits = model(x[idx])
+        logits = model(move(x[idx], model.device))
         loss = loss_fn(logits, y[idx])
         opt.zero_grad()
         model.backward(loss_fn.backward())
         opt.step()
         total_loss += loss * len(idx)
-        right += int((np.argmax(logits, axis=1) == y[idx]).sum())
+        right += int((np.argmax(to_host(logits), axis=1) == y[idx]).sum())
         seen += len(idx)
         if bar is not None:
             bar.update(len(idx))
@@ -77,14 +86,14 @@ def train_epoch(model, opt, loss_fn, x, y, batch_size, rng, bar=None) -> tuple[f
 
 def fit(model_name="lenet5", data_name="digits", *, epochs=10, batch_size=64, lr=0.01, momentum=0.9,
         weight_decay=5e-4, seed=0, deterministic=False, benchmark_limit=None, subset=None, progress=True,
-        on_epoch=None) -> dict:
+        on_epoch=None, device="cpu") -> dict:
     """Train and evaluate; the results as a JSON-ready dict (``test_accuracy``: the last epoch's held-out
     accuracy, a fraction; ``epoch_seconds``: wall seconds of each epoch's training steps).
 
     ``benchmark_limit``: the tuner's flag (time at most that many best-ranked candidates per key).
     ``subset``: train on the first ``subset`` images of the shuffled training split only (quick runs).
     ``progress``: a tqdm bar per epoch on stderr, with the loss and accuracy so far. ``on_epoch(record)`` is
-    called after each epoch with that epoch's record.
+    called after each epoch with that epoch's record. ``device``: "cpu" or "cuda" (module docstring).
     """
     if problem(model_name, data_name):
         raise ValueError(problem(model_name, data_name))
@@ -92,14 +101,15 @@ def fit(model_name="lenet5", data_name="digits", *, epochs=10, batch_size=64, lr
     x_train, y_train, x_test, y_test = load(seed)
     if subset is not None:
         x_train, y_train = x_train[:subset], y_train[:subset]
-    model = models.get_model(model_name, seed=seed)
+    model = models.get_model(model_name, seed=seed).to(device)
     opt = optim.SGD(model, lr=lr, momentum=momentum, weight_decay=weight_decay)
     loss_fn, rng = nn.CrossEntropyLoss(), np.random.default_rng(seed)
     flags = dict(benchmark=not deterministic, deterministic=deterministic, benchmark_limit=benchmark_limit)
     records = []
     with autotune.flags(**flags):
+        tuner = nn.conv_layers(model)[0][1].dispatcher()       # the default Tuner (the simulated GPU's there)
         for epoch in range(1, epochs + 1):
-            before = autotune.cache_info()
+            before = tuner.cache_info()
             bar = _bar(epoch, epochs, len(x_train)) if progress else None
             start = time.perf_counter()
             try:
@@ -108,9 +118,9 @@ def fit(model_name="lenet5", data_name="digits", *, epochs=10, batch_size=64, lr
             finally:                                  # Ctrl-C too: the bar leaves no half line behind
                 if bar is not None:
                     bar.close()
-            tuned = autotune.cache_info()
+            tuned = tuner.cache_info()
             test_acc = accuracy(model, x_test, y_test, batch_size)
-            after = autotune.cache_info()
+            after = tuner.cache_info()
             records.append({"epoch": epoch, "seconds": seconds, "loss": loss, "train_accuracy": train_acc,
                             "test_accuracy": test_acc, "keys_new": tuned.misses - before.misses,
                             "tuning_seconds": tuned.tuning_seconds - before.tuning_seconds,
@@ -121,23 +131,25 @@ def fit(model_name="lenet5", data_name="digits", *, epochs=10, batch_size=64, lr
     steady = [r["seconds"] for r in records[1:]]
     return {"model": model_name, "data": data_name, "train_size": len(x_train), "test_size": len(x_test),
             "epochs": epochs, "batch_size": batch_size, "lr": lr, "momentum": momentum,
-            "weight_decay": weight_decay, "seed": seed, "flags": flags,
+            "weight_decay": weight_decay, "seed": seed, "flags": flags, "device": device,
             "test_accuracy": records[-1]["test_accuracy"] if records else None,
             "epoch_seconds": [r["seconds"] for r in records],
             "first_epoch_tuning_seconds": records[0]["tuning_seconds"] if records else 0.0,
             "steady_epoch_seconds": float(np.median(steady)) if steady else None,
             "train_loss": [r["loss"] for r in records], "epochs_detail": records,
-            "choices": choices(model)}
+            "choices": choices(model, tuner)}
 
 
-def choices(model) -> list[dict]:
-    """Per conv layer (known by its weight's shape) and pass, what the table chose, for each shape met."""
+def choices(model, tuner=None) -> list[dict]:
+    """Per conv layer (known by its weight's shape) and pass, what the table (of ``tuner``, default the module's)
+    chose, for each shape met."""
     names = {}
     for name, conv in nn.conv_layers(model):
         names.setdefault(conv.weight.shape, []).append(name)
+    table = (tuner or autotune.default_tuner()).dispatch_table()
     return [{"layers": names[e.key.params.weight_shape], "pass": e.key.op, "shape": str(e.key.params),
              "algo": e.algo, "source": e.source}
-            for e in autotune.dispatch_table() if e.key.params.weight_shape in names]
+            for e in table if e.key.params.weight_shape in names]
 
 
 def epoch_line(r: dict) -> str:

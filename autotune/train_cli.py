@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from convalgos.arrays import simulator_enabled
+
 from . import cache, profile, train
 from .cli_common import interrupted, non_negative, positive_int, write_json
 
@@ -30,6 +32,7 @@ def train_parser() -> argparse.ArgumentParser:
     ap.add_argument("--deterministic", action="store_true",
                     help="the same numbers every run: deterministic algorithms chosen by the heuristic")
     ap.add_argument("--json", metavar="PATH", help="write the results as JSON ('-': stdout, the report to stderr)")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the model trains (default cpu)")
     return ap
 
 
@@ -40,11 +43,15 @@ def train_main(argv) -> int:
         ap.error(train.problem(args.model, args.data))
     if args.json and args.json != "-" and cache.writable_problem(args.json):
         ap.error(f"--json {args.json}: {cache.writable_problem(args.json)}")
+    if args.device == "cuda" and not simulator_enabled() and profile.gpu_problem():
+        ap.error("--device cuda: " + profile.gpu_problem())
     out = sys.stderr if args.json == "-" else sys.stdout
     mode = "deterministic, heuristic choices" if args.deterministic else "benchmark on"
+    simulated = args.device == "cuda" and simulator_enabled()
+    where = "cuda: the Numba CUDA simulator" if simulated else profile.device_description(args.device)
     print(f"autotune train: {args.model} on {args.data}, {args.epochs} epochs, batch {args.batch_size}, "
           f"lr {args.lr:g}, momentum {args.momentum:g}, weight decay {args.weight_decay:g}, seed {args.seed}, "
-          f"{mode}, {profile.device_description('cpu')}", file=out)
+          f"{mode}, {where}", file=out)
 
     def report(record):
         print(train.epoch_line(record), file=out, flush=True)
@@ -52,7 +59,7 @@ def train_main(argv) -> int:
         result = train.fit(args.model, args.data, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                            momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
                            deterministic=args.deterministic, benchmark_limit=args.benchmark_limit,
-                           subset=args.subset, on_epoch=report)
+                           subset=args.subset, on_epoch=report, device=args.device)
     except ImportError as err:                 # the data set's extra is not installed
         ap.error(str(err))
     except KeyboardInterrupt:

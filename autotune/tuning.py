@@ -19,7 +19,10 @@
    anything at all is skipped with the error recorded. Numba's compiling or loading of its kernels in that
    first call (and its weight's preparation) is measured apart (``jit.py``, ``Entry.jit``); when it was most
    of the call, the candidate warms up again (and prepares again) and the race and the table use that second
-   warm-up, so compilation is in no number the race compares (on a first run, 4-16 s of a first call).
+   warm-up, so compilation is in no number the race compares (on a first run, 4-16 s of a first call). The
+   shared output is poisoned with NaN before each candidate's checked run (``measure.poison``), so one that
+   leaves an element unwritten cannot pass on the previous candidate's answer: it is rejected. Before it, the
+   device drops what the previous candidate left cached (``before_candidate``: the GPU's memory pool).
 3. The race: timed rounds, interleaved. No candidate is judged on one run. A run slower than ``spike_ratio``
    times the candidate's fastest run (its warm-up included) is a spike: another process took the core. It
    does not enter the candidate's median (``measure.without_spikes``), nor count as evidence; the warm-up
@@ -44,7 +47,7 @@ import numpy as np
 from convalgos import UnsupportedError
 
 from .jit import jit_time
-from .measure import ReferenceCheck, choose, median, noise, rotate, without_spikes
+from .measure import ReferenceCheck, choose, median, noise, poison, rotate, without_spikes
 from .table import Entry, Key, MiB
 
 
@@ -73,7 +76,8 @@ def candidates(tuner, key: Key, registry: dict, kind: str) -> tuple[list, dict, 
                         f"{over[smallest]} bytes ({over[smallest] / MiB:.2f} MiB, {smallest})")
         raise UnsupportedError(f"{message}. Reasons: {skipped}")
     flops = {name: registry[name].flops(p, op) for name in names}
-    ranked, rule = tuner.heuristics.rank(p, names, op=op, device=kind, flops=flops, prepared=key.prepared)
+    ranked, rule = tuner.heuristics.rank(p, names, op=op, device=kind, flops=flops, prepared=key.prepared,
+                                         workspace=workspace)
     return ranked, workspace, skipped, rule
 
 
@@ -114,10 +118,12 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
 
         result = []
         try:
+            device.before_candidate()
             with jit_time(timer.now) as jit:
                 if key.prepared and algorithm.prepares(op):
                     entry.prepare_seconds[name] = timer.time(lambda: form.append(algorithm.prepare(b, p, op)))
                     entry.prepare_bytes[name] = form[0].nbytes
+                poison(out)
                 entry.warmup[name] = timer.time(lambda: result.append(call()))
             if device.last_workspace is not None:
                 workspace[name] = device.last_workspace
@@ -131,16 +137,20 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
             skipped[name] = f"failed: {type(e).__name__}: {e}"
             device.release(algorithm)
             continue
-        verdict = checker.judge(device.host(result[0]))
+        host = device.host(result[0])
+        verdict = checker.judge(host)
         entry.errors[name] = verdict.error
         if verdict.nonfinite:
             entry.nonfinite[name] = verdict.nonfinite
-        tolerance = algorithm.tolerance_of(op, p.dtype)
+        tolerance, unwritten = algorithm.tolerance_of(op, p.dtype), checker.unwritten(host)
         if verdict.nonfinite.startswith("wrong"):
             skipped[name] = f"rejected: NaN/Inf {verdict.nonfinite}"
         elif not entry.errors[name] <= tolerance:
             skipped[name] = (f"rejected: normwise error {entry.errors[name]:.1e} exceeds its {p.dtype} "
                              f"tolerance {tolerance:.0e}")
+        elif unwritten:
+            skipped[name] = (f"rejected: {unwritten} of {host.size} output elements NaN from finite operands "
+                             f"(left unwritten: the output was NaN-poisoned before the run)")
         else:
             calls[name] = call
     race = Race(tuner, calls, entry.warmup, timer, device, registry)

@@ -11,10 +11,18 @@ writes the class's rule: the algorithms from best score to worst. A last rule wi
 every representative layer, is the default. ``autotune.heuristics`` reads the rules, per device and pass:
 first match wins. The other devices' rules in the file (the GPU's) and the passes not re-measured are kept.
 "forward prepared" is the forward pass on weights each algorithm prepared once, untimed (eval mode's path).
+
+    python -m bench.heuristics --device cuda    # on a GPU: the GPU registry's rules, per pass, into the same file
+
+``--device cuda`` times the GPU algorithms (``bench.gpu.timing.pass_times``: CUDA events) on the same layer
+classes at batch ``GPU_BATCH`` (a GPU trains on batches; a batch of 1 leaves most of it idle) and writes the
+file's "cuda" rules, which then replace the seed's estimate (``autotune.heuristics``); the CPU's are kept.
+There is no "forward prepared" on the GPU: its algorithms prepare nothing.
 """
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime
 import json
 import os
@@ -58,12 +66,18 @@ SLOW = 30.0
 
 #: what is measured: each pass, and the forward pass on prepared weights (the tuner's eval-mode keys)
 MEASURED = (*PASSES, "forward prepared")
+#: the batch of every representative layer on the GPU.
+GPU_BATCH = 32
 
 
-def layer_times(p, measured: str, rounds: int) -> dict:
-    """Median seconds of every algorithm that supports the pass of layer p (``measured``: one of MEASURED)."""
-    x, w, dy = arrays(p)
+def layer_times(p, measured: str, rounds: int, device: str = "cpu") -> dict:
+    """Median seconds of every algorithm of ``device`` that supports the pass of layer p (``measured``: one of
+    MEASURED)."""
     op = measured.removesuffix(" prepared")
+    if device == "cuda":
+        from bench.gpu.timing import pass_times
+        return pass_times(dataclasses.replace(p, N=GPU_BATCH), op, rounds, SLOW)
+    x, w, dy = arrays(p)
     return time_pass(p, op, x, w, dy, rounds, peer=False, slow=SLOW, prepared=op != measured)[0]
 
 
@@ -83,11 +97,11 @@ def rule(name: str, when: dict, times_per_layer: list) -> dict:
     return {"name": name, "when": when, "order": order, "score": {n: round(score[n], 3) for n in order}}
 
 
-def pass_rules(measured: str, rounds: int, quick: bool) -> list:
+def pass_rules(measured: str, rounds: int, quick: bool, device: str = "cpu") -> list:
     rules, every_layer = [], []
     suffix = " (prepared weight)" if measured.endswith(" prepared") else ""
     for name, when, layers in CLASSES:
-        times = [layer_times(p, measured, rounds) for p in (layers[:1] if quick else layers)]
+        times = [layer_times(p, measured, rounds, device) for p in (layers[:1] if quick else layers)]
         every_layer += times
         rules.append(rule(name + suffix, when, times))
         print(f"{measured:<17} {name:<24} {' > '.join(rules[-1]['order'])}")
@@ -95,23 +109,30 @@ def pass_rules(measured: str, rounds: int, quick: bool) -> list:
     return rules
 
 
-def measure(rounds: int, quick: bool, passes=MEASURED, old=None) -> dict:
-    """The heuristics file with the CPU's passes in ``passes`` re-measured; the other passes' rules and the other
-    devices' are kept from ``old`` (an unmeasured pass has none: the tuner then ranks by FLOPs)."""
-    devices = dict((old or {}).get("devices", {}))
-    kept = devices.get("cpu", {})
-    devices["cpu"] = {op: pass_rules(op, rounds, quick) if op in passes else kept.get(op, []) for op in MEASURED}
-    return {"schema": 2, "produced_by": "python -m bench.heuristics" + (" --quick" if quick else ""),
+def measure(rounds: int, quick: bool, passes=MEASURED, old=None, device: str = "cpu") -> dict:
+    """The heuristics file with ``device``'s passes in ``passes`` re-measured; the other passes' rules, the other
+    devices' and the seeds are kept from ``old`` (an unmeasured pass has none: the tuner then ranks by the
+    device's seed, or by FLOPs)."""
+    old = old or {}
+    devices = dict(old.get("devices", {}))
+    kept = devices.get(device, {})
+    ops = MEASURED if device == "cpu" else PASSES
+    devices[device] = {op: pass_rules(op, rounds, quick, device) if op in passes else kept.get(op, [])
+                       for op in ops}
+    flag = (" --quick" if quick else "") + ("" if device == "cpu" else f" --device {device}")
+    return {"schema": 2, "produced_by": "python -m bench.heuristics" + flag,
             "measured": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": fingerprint(), "convalgos": convalgos.__version__,
-            "score": "geometric mean of time / best time over the class's layers", "devices": devices}
+            "score": "geometric mean of time / best time over the class's layers",
+            **({"seeds": old["seeds"]} if "seeds" in old else {}), "devices": devices}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one layer per class, 3 rounds")
     ap.add_argument("--rounds", type=int, default=7)
-    ap.add_argument("--passes", nargs="+", choices=MEASURED, default=list(MEASURED))
+    ap.add_argument("--passes", nargs="+", choices=MEASURED, default=None, help="default: every pass the device has")
+    ap.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="whose rules to measure (default cpu)")
     ap.add_argument("--out", default=None, help=f"default {DEFAULT_PATH}; /tmp/heuristics-quick.json with --quick")
     args = ap.parse_args(argv)
     args.out = args.out or ("/tmp/heuristics-quick.json" if args.quick else DEFAULT_PATH)
@@ -120,7 +141,10 @@ def main(argv=None):
             old = json.load(f)
     except (OSError, ValueError):
         old = None
-    data = measure(3 if args.quick else args.rounds, args.quick, args.passes, old)
+    if args.device == "cuda" and "forward prepared" in (args.passes or ()):
+        ap.error("--passes 'forward prepared': the GPU's algorithms prepare nothing")
+    passes = args.passes or (MEASURED if args.device == "cpu" else PASSES)
+    data = measure(3 if args.quick else args.rounds, args.quick, passes, old, args.device)
     with open(args.out, "w") as f:
         json.dump(data, f, indent=1)
     print(f"wrote {args.out}")

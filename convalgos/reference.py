@@ -39,35 +39,38 @@ def _taps(p: ConvParams):
 
 def forward(x, w, p: ConvParams) -> np.ndarray:
     """The convolution of x and w (no bias) in float64, as an (N, K, Ho, Wo) array."""
+    Ho, Wo = p.out_hw
     xpad, w = _pad(x, p), np.asarray(w, dtype=np.float64)
     y = np.zeros(p.out_shape, dtype=np.float64)
     for g, r, s, (rows, cols) in _taps(p):
         ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
-        x_tap = xpad[:, cs, rows, cols].reshape(p.N, p.Cg, -1)                  # (N, Cg, Ho*Wo)
+        x_tap = xpad[:, cs, rows, cols].reshape(p.N, p.Cg, Ho * Wo)
         y[:, ks] += matmul(w[ks, :, r, s], x_tap).reshape(p.N, p.Kg, *p.out_hw)
     return y
 
 
 def backward_data(dy, w, p: ConvParams) -> np.ndarray:
     """The gradient with respect to x of sum(y * dy), in float64, as an (N, C, H, W) array."""
+    Ho, Wo = p.out_hw
     dy, w = np.asarray(dy, dtype=np.float64), np.asarray(w, dtype=np.float64)
     (t, _), (l, _) = p.padding
     dxpad = np.zeros((p.N, p.C) + p.padded_hw, dtype=np.float64)
     for g, r, s, (rows, cols) in _taps(p):
         ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
-        dy_group = dy[:, ks].reshape(p.N, p.Kg, -1)                              # (N, Kg, Ho*Wo)
+        dy_group = dy[:, ks].reshape(p.N, p.Kg, Ho * Wo)
         dxpad[:, cs, rows, cols] += matmul(w[ks, :, r, s].T, dy_group).reshape(p.N, p.Cg, *p.out_hw)
     return dxpad[:, :, t:t + p.H, l:l + p.W].copy()
 
 
 def backward_filter(x, dy, p: ConvParams) -> np.ndarray:
     """The gradient with respect to w of sum(y * dy), in float64, as a (K, C/groups, R, S) array."""
+    Ho, Wo = p.out_hw
     xpad, dy = _pad(x, p), np.asarray(dy, dtype=np.float64)
     dw = np.zeros(p.weight_shape, dtype=np.float64)
     for g, r, s, (rows, cols) in _taps(p):
         ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
-        dy_group = dy[:, ks].reshape(p.N, p.Kg, -1)
-        x_tap = xpad[:, cs, rows, cols].reshape(p.N, p.Cg, -1)
+        dy_group = dy[:, ks].reshape(p.N, p.Kg, Ho * Wo)
+        x_tap = xpad[:, cs, rows, cols].reshape(p.N, p.Cg, Ho * Wo)
         dw[ks, :, r, s] = matmul(dy_group, x_tap.transpose(0, 2, 1)).sum(axis=0)
     return dw
 

@@ -80,3 +80,12 @@ def test_lenet5_reaches_95_percent_on_digits_in_10_epochs():
     result = train.fit("lenet5", "digits", epochs=10, benchmark_limit=3, progress=False)
     assert result["test_accuracy"] >= 0.95, result["epochs_detail"]
     assert result["flags"]["benchmark"] is True
+
+
+def test_train_on_cuda_without_a_gpu_says_why_before_training(capsys):
+    from autotune import profile
+    if profile.gpu_problem() is None:
+        pytest.skip("this machine has a GPU")
+    with pytest.raises(SystemExit) as stop:
+        main(["train", "--device", "cuda"])
+    assert stop.value.code == 2 and f"--device cuda: {profile.gpu_problem()}" in capsys.readouterr().err

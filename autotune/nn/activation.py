@@ -4,18 +4,27 @@ ReLU's gradient passes dy where the output is positive (torch's ``threshold_back
 Dropout in train mode zeroes each element with probability p and scales the rest by 1/(1 - p), so the
 expected output is the input; its mask comes from the layer's own seeded generator, and its backward pass
 applies the same mask and scale to dy. In eval mode it is the identity.
+
+On the CPU ReLU runs Numba kernels (``kernels.relu``, ``kernels.relu_grad``); on the GPU (``device.py``) the
+same results come from array-module code, and Dropout's mask is drawn on the host by the same generator (so a
+seeded run draws the same masks on either device) and copied over.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from convalgos.arrays import array_module
+
 from . import kernels
+from .device import like
 from .module import Module
 
 
 class ReLU(Module):
     def forward(self, x):
-        if x.dtype in (np.float32, np.float64):
+        if self.gpu_path(x):
+            y = array_module(x).maximum(x, 0)                 # NaN kept, as the kernel keeps it
+        elif x.dtype in (np.float32, np.float64):
             x = np.ascontiguousarray(x)
             y = np.empty_like(x)
             kernels.relu(x.reshape(-1), y.reshape(-1))
@@ -25,11 +34,15 @@ class ReLU(Module):
         return y
 
     def backward_from(self, saved, dy, input_grad):
-        return relu_backward(saved[0], dy) if input_grad else None
+        return relu_backward(saved[0], dy, self.gpu_path(dy)) if input_grad else None
 
 
-def relu_backward(y, dy):
-    """The gradient through a ReLU whose output was ``y``: dy where y > 0, else 0 (one Numba pass)."""
+def relu_backward(y, dy, gpu_path: bool = False):
+    """The gradient through a ReLU whose output was ``y``: dy where y > 0, else 0 (one Numba pass; with
+    ``gpu_path``, array-module code)."""
+    if gpu_path:
+        xp = array_module(dy)
+        return xp.where(y > 0, dy, xp.zeros((), dy.dtype))
     ct = np.promote_types(dy.dtype, np.float32)              # float16 in float32 (exact)
     y, dyc = (np.ascontiguousarray(a, dtype=ct) for a in (y, dy))
     dx = np.empty_like(dyc)
@@ -59,7 +72,7 @@ class Dropout(Module):
             return x
         keep = self.rng.random(x.shape) >= self.p
         scale = 0.0 if self.p == 1 else 1.0 / (1.0 - self.p)
-        self.mask = (keep * scale).astype(x.dtype)
+        self.mask = like((keep * scale).astype(x.dtype), x)
         self.save_for_backward(self.mask)
         return x * self.mask
 

@@ -121,9 +121,10 @@ class BasicBlock(Module):
 
     def backward_from(self, saved, dy, input_grad):
         hidden, y = saved
-        dsum = relu_backward(y, dy)
+        gpu = self.gpu_path(dy)
+        dsum = relu_backward(y, dy, gpu)
         dhidden = self.conv2.backward(self.bn2.backward(dsum, input_grad=True), input_grad=True)
-        dx = self.conv1.backward(self.bn1.backward(relu_backward(hidden, dhidden), input_grad=True),
+        dx = self.conv1.backward(self.bn1.backward(relu_backward(hidden, dhidden, gpu), input_grad=True),
                                  input_grad=input_grad)
         if self.downsample is not None:
             dshort = self.downsample.backward(dsum, input_grad=input_grad)

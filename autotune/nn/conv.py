@@ -26,6 +26,7 @@ import numpy as np
 
 import convalgos
 from convalgos import ConvParams, reference
+from convalgos.arrays import simulator_enabled
 
 import autotune
 
@@ -58,21 +59,23 @@ class ReferencePasses:
 
 
 class Forced:
-    """The three passes by one named algorithm of convalgos (``Conv2d.algo = name``)."""
+    """The three passes by one named algorithm of convalgos (``Conv2d.algo = name``), of the registry of
+    ``backend`` (None: the operands' own; "cuda" for a conv on the GPU, simulated GPU included)."""
 
-    def __init__(self, name: str):
-        self.name = name
+    def __init__(self, name: str, backend=None):
+        self.name, self.backend = name, backend
 
     def conv2d(self, x, weight, bias, stride, padding, dilation, groups, out=None):
-        return convalgos.conv2d(x, weight, bias, stride, padding, dilation, groups, algo=self.name, out=out)
+        return convalgos.conv2d(x, weight, bias, stride, padding, dilation, groups, algo=self.name, out=out,
+                                backend=self.backend)
 
     def conv2d_input(self, input_shape, weight, grad_output, stride, padding, dilation, groups):
         return convalgos.conv2d_input(input_shape, weight, grad_output, stride, padding, dilation, groups,
-                                      algo=self.name)
+                                      algo=self.name, backend=self.backend)
 
     def conv2d_weight(self, input, weight_shape, grad_output, stride, padding, dilation, groups):
         return convalgos.conv2d_weight(input, weight_shape, grad_output, stride, padding, dilation, groups,
-                                       algo=self.name)
+                                       algo=self.name, backend=self.backend)
 
 
 class ForwardOnly:
@@ -118,8 +121,13 @@ class Conv2d(Module):
         return self.stride, self.padding, self.dilation, self.groups
 
     def dispatcher(self):
-        """The Tuner this layer's passes go through when ``algo`` is None."""
-        return autotune.default_tuner() if self.tuner is None else self.tuner
+        """The Tuner this layer's passes go through when ``algo`` is None: the layer's own, else the module-level
+        one (on "cuda" under the simulator, the simulated GPU's: ``device.py``)."""
+        if self.tuner is not None:
+            return self.tuner
+        if self.device == "cuda" and simulator_enabled():
+            return autotune.simulated_gpu_tuner()
+        return autotune.default_tuner()
 
     def passes(self):
         """Who computes this layer's passes, as ``algo`` says: an object with ``conv2d``, ``conv2d_input`` and
@@ -127,7 +135,8 @@ class Conv2d(Module):
         if self.algo is None:
             return self.dispatcher()
         if isinstance(self.algo, str):
-            return ReferencePasses if self.algo == REFERENCE else Forced(self.algo)
+            return ReferencePasses if self.algo == REFERENCE else Forced(self.algo, "cuda" if self.device == "cuda"
+                                                                            else None)
         return ForwardOnly(self.algo)
 
     def forward(self, x, residual=None):
@@ -146,8 +155,10 @@ class Conv2d(Module):
         self.drop_derived()
 
     def fused(self) -> bool:
-        """True when this call takes the eval path: eval mode, and a folded BatchNorm (if any) in eval mode."""
-        return not self.training and (self.folded_bn is None or not self.folded_bn.training)
+        """True when this call takes the eval path: eval mode, and a folded BatchNorm (if any) in eval mode, on
+        the CPU (on the GPU eval mode runs unfused: the freeze that keeps derived weights current is NumPy's)."""
+        return (self.device == "cpu" and not self.training
+                and (self.folded_bn is None or not self.folded_bn.training))
 
     def relu_runs(self) -> bool:
         """True when this call applies the ReLU epilogue (the container then skips its ReLU)."""

@@ -6,6 +6,9 @@ holds no activations. Parameter gradients accumulate, as in torch, until ``zero_
 Eval mode's fast path (``inference.py``): ``prepare_weights(enabled)``, ``fuse(batchnorm, relu, buffers)`` and
 ``unfuse()`` switch it for a module and its descendants; ``drop_prepared()`` drops what it derived from the
 weights (and makes them writeable again): every method here that changes weights or modes calls it.
+
+``to("cuda")`` / ``to("cpu")`` move every array (``device.py``): on "cuda" a layer runs array-module code
+instead of its CPU kernels (``gpu_path``).
 """
 from __future__ import annotations
 
@@ -15,7 +18,10 @@ from collections import OrderedDict
 
 import numpy as np
 
+from convalgos.arrays import is_cupy_array
 from convalgos.interop import from_arrays, to_arrays
+
+from .device import check_device, mismatch, move
 
 
 class StateDictError(KeyError):
@@ -26,7 +32,9 @@ class StateDictError(KeyError):
 
 
 def as_numpy(value) -> np.ndarray:
-    """A NumPy array from a NumPy array or a torch tensor (without importing torch)."""
+    """A NumPy array from a NumPy or CuPy array or a torch tensor (without importing torch)."""
+    if is_cupy_array(value):
+        return value.get()
     if hasattr(value, "detach") and hasattr(value, "cpu"):
         value = value.detach().cpu().numpy()
     return np.asarray(value)
@@ -64,6 +72,7 @@ class Module(abc.ABC):
     buffer_names: tuple[str, ...] = ()
     ignored_keys: tuple[str, ...] = ()
     training = False
+    device = "cpu"
     _saved = None
 
     def __setattr__(self, name, value):
@@ -74,7 +83,16 @@ class Module(abc.ABC):
     def __call__(self, x):
         """The layer's output; a CPU torch tensor is read in place (DLPack) and the output is a tensor."""
         (x,), torch_in = to_arrays(x)
+        if self.param_names and self.gpu_path(x):
+            problem = mismatch(self, x)
+            if problem:
+                raise TypeError(problem)
         return from_arrays(self.forward(x), torch_in)
+
+    def gpu_path(self, x) -> bool:
+        """True when this layer computes with array-module code (on "cuda", or given a CuPy array), False when
+        with its CPU kernels (``device.py``)."""
+        return self.device != "cpu" or (type(x) is not np.ndarray and is_cupy_array(x))
 
     @abc.abstractmethod
     def forward(self, x):
@@ -117,7 +135,7 @@ class Module(abc.ABC):
     def accumulate_grad(self, name: str, grad: np.ndarray) -> None:
         """Add ``grad`` to parameter ``name``'s gradient (cast to the parameter's dtype)."""
         grads = self.__dict__.setdefault("_grads", {})
-        grad = np.asarray(grad).astype(getattr(self, name).dtype, copy=False)
+        grad = (grad if is_cupy_array(grad) else np.asarray(grad)).astype(getattr(self, name).dtype, copy=False)
         grads[name] = grad if name not in grads else grads[name] + grad
 
     def zero_grad(self) -> None:
@@ -184,7 +202,22 @@ class Module(abc.ABC):
         for prefix, module in self.named_modules():
             for name, value in list(module._own_arrays()):
                 key = f"{prefix}.{name}" if prefix else name
-                setattr(module, name, np.array(given[key], dtype=value.dtype))
+                setattr(module, name, move(np.array(given[key], dtype=value.dtype), module.device))
+
+    def to(self, device) -> "Module":
+        """Move every parameter, buffer and gradient of this module and its descendants to ``device`` ("cpu" or
+        "cuda"; ``device.py``), dropping prepared forms; returns self. Build an optimizer after moving (its
+        momentum buffers follow the parameters' device at its next step)."""
+        device = check_device(device)
+        self.drop_prepared()
+        for _, module in self.named_modules():
+            for name, value in list(module._own_arrays()):
+                setattr(module, name, move(value, device))
+            grads = module.__dict__.get("_grads", {})
+            for name in grads:
+                grads[name] = move(grads[name], device)
+            module.device, module._saved = device, None
+        return self
 
     def astype(self, dtype) -> "Module":
         """Cast every array of every module to ``dtype`` in place; returns self."""

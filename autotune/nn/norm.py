@@ -15,10 +15,16 @@ kernels (``kernels.batch_norm``, ``kernels.batch_norm_grad``): the backward pass
 saved input, mean and 1/sqrt(var + eps) rather than keeping it. Like torch, the layer keeps its input (not a
 copy) for the backward pass, so the input must not be changed in place in between (torch raises there; this
 library keeps no version counters, and its own layers never write into their inputs).
+
+On the GPU (``device.py``) the same formulas run as array-module code: the sums are the array module's
+reductions (pairwise in NumPy, tree-shaped in CuPy) instead of the kernels' vector lanes, so the two devices
+agree to rounding, not bit for bit.
 """
 from __future__ import annotations
 
 import numpy as np
+
+from convalgos.arrays import array_module
 
 from . import kernels
 from .module import Module
@@ -47,9 +53,14 @@ class BatchNorm2d(Module):
         if self.training:
             return self._train_forward(x)
         self.save_for_backward()
-        scale = self.weight / np.sqrt(self.running_var + self.eps)
+        xp = array_module(self.weight)
+        scale = self.weight / xp.sqrt(self.running_var + self.eps)
         shift = self.bias - self.running_mean * scale
-        dt = np.result_type(x, scale)
+        dt = np.result_type(x.dtype, scale.dtype)
+        if self.gpu_path(x):
+            planes = (x.shape[0], x.shape[1], -1)
+            y = x.astype(dt, copy=False).reshape(planes) * scale.astype(dt)[:, None] + shift.astype(dt)[:, None]
+            return y.reshape(x.shape)
         if dt not in (np.float32, np.float64):
             return x * scale.astype(dt)[:, None, None] + shift.astype(dt)[:, None, None]
         x = np.ascontiguousarray(x, dtype=dt)
@@ -59,26 +70,48 @@ class BatchNorm2d(Module):
         return y
 
     def _train_forward(self, x):
-        dt = np.result_type(x, self.weight)
+        dt = np.result_type(x.dtype, self.weight.dtype)
         ct = np.promote_types(dt, np.float32)          # float16 is normalised in float32
         n = x.size // x.shape[1]
         if n < 2:
             raise ValueError(f"BatchNorm2d in train mode needs more than 1 value per channel, got input shape "
                              f"{x.shape}")
+        if self.gpu_path(x):
+            return self._train_forward_xp(x, dt, ct, n)
         x = np.ascontiguousarray(x, dtype=ct)
         C = x.shape[1]
         y = np.empty_like(x)
         mean, var = np.empty(C, ct), np.empty(C, ct)
         kernels.batch_norm(x.reshape(x.shape[0], C, -1), self.weight.astype(ct), self.bias.astype(ct),
                            self.eps, y.reshape(x.shape[0], C, -1), mean, var)
-        m = self.momentum
-        self.running_mean[...] = (1 - m) * self.running_mean + m * mean
-        self.running_var[...] = (1 - m) * self.running_var + m * var * (n / (n - 1))
+        self._update_running(mean, var, n)
         self.save_for_backward(x, mean, 1 / np.sqrt(var + self.eps))
         return y.astype(dt, copy=False)
 
+    def _update_running(self, mean, var, n: int) -> None:
+        m = self.momentum
+        self.running_mean[...] = (1 - m) * self.running_mean + m * mean
+        self.running_var[...] = (1 - m) * self.running_var + m * var * (n / (n - 1))
+
+    def _train_forward_xp(self, x, dt, ct, n: int):
+        """Train mode in array-module code (the GPU's path): the kernel's three passes as array operations."""
+        xp = array_module(x)
+        x = xp.ascontiguousarray(x, dtype=ct)
+        planes = x.reshape(x.shape[0], x.shape[1], -1)
+        mean = planes.mean(axis=(0, 2))
+        centred = planes - mean[:, None]
+        var = (centred * centred).mean(axis=(0, 2))
+        inv_std = 1 / xp.sqrt(var + ct.type(self.eps))
+        scale = self.weight.astype(ct) * inv_std
+        y = planes * scale[:, None] + (self.bias.astype(ct) - mean * scale)[:, None]
+        self._update_running(mean, var, n)
+        self.save_for_backward(x, mean, inv_std)
+        return y.reshape(x.shape).astype(dt, copy=False)
+
     def backward_from(self, saved, dy, input_grad):
         x, mean, inv_std = saved
+        if self.gpu_path(dy):
+            return self._backward_xp(x, mean, inv_std, dy, input_grad)
         dt, ct, C = dy.dtype, x.dtype, x.shape[1]
         dy = np.ascontiguousarray(dy, dtype=ct)
         db, dw = np.empty(C, ct), np.empty(C, ct)
@@ -89,6 +122,22 @@ class BatchNorm2d(Module):
         self.accumulate_grad("bias", db)
         self.accumulate_grad("weight", dw)
         return dx.astype(dt, copy=False) if input_grad else None
+
+    def _backward_xp(self, x, mean, inv_std, dy, input_grad):
+        """The backward pass in array-module code (the GPU's path), x_hat recomputed from x as the kernel does."""
+        dt, ct = dy.dtype, x.dtype
+        N, C = x.shape[:2]
+        planes, grad = x.reshape(N, C, -1), dy.astype(ct, copy=False).reshape(N, C, -1)
+        count = planes.shape[0] * planes.shape[2]
+        x_hat = (planes - mean[:, None]) * inv_std[:, None]
+        db, dw = grad.sum(axis=(0, 2)), (grad * x_hat).sum(axis=(0, 2))
+        self.accumulate_grad("bias", db)
+        self.accumulate_grad("weight", dw)
+        if not input_grad:
+            return None
+        k = self.weight.astype(ct) * inv_std / count
+        dx = k[:, None] * (count * grad - db[:, None] - x_hat * dw[:, None])
+        return dx.reshape(x.shape).astype(dt, copy=False)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}, momentum={self.momentum}"

@@ -2,7 +2,11 @@
 over pixels.
 
 Max pooling is a Numba kernel (``kernels.py``) that keeps, for every output, the index of its window's max
-(the first in scan order, as in torch); its backward pass adds each dy at that index.
+(the first in scan order, as in torch); its backward pass adds each dy at that index. On the GPU
+(``device.py``) it runs tap by tap in array-module code: each tap's strided view of the input is compared
+with the running max (the kernel's rule: the first in-bounds tap, then a larger or NaN one), and the winning
+tap's number is kept; the backward pass adds dy into each tap's view where that tap won (within one tap's
+view no two outputs meet, so no scatter is needed).
 
 Average pooling works tap by tap: for each kernel tap (i, j), the strided view of the padded input that tap
 sees in every window is one array operation, so the Python loop runs over the kh*kw taps only. Its backward
@@ -15,9 +19,11 @@ from __future__ import annotations
 
 import numpy as np
 
+from convalgos.arrays import array_module
 from convalgos.gemm import matmul
 
 from . import kernels
+from .device import like
 from .module import Module, pair
 
 
@@ -64,6 +70,8 @@ class MaxPool2d(_Pool2d):
     kernel finds each window's max and where it is (``kernels.max_pool``); backward adds dy there."""
 
     def forward(self, x):
+        if self.gpu_path(x):
+            return self._forward_taps(x)
         N, C, H, W = x.shape
         (Ho, Wo), _ = self._geometry(H, W)
         ct = np.promote_types(x.dtype, np.float32)            # float16 is compared in float32 (exact)
@@ -74,9 +82,46 @@ class MaxPool2d(_Pool2d):
         self.save_for_backward(x.shape, argmax)
         return y.reshape(N, C, Ho, Wo).astype(x.dtype, copy=False)
 
+    def _tap_views(self, H, W):
+        """(out, pads, [(rows, cols, inside)] per tap): the strided view of the padded input each kernel tap
+        reads for every output, and which outputs see it inside the unpadded input."""
+        out, pads = self._geometry(H, W)
+        (sh, sw), (kh, kw), ((top, _), (left, _)) = self.stride, self.kernel_size, pads
+        rows = [np.arange(out[0]) * sh + i - top for i in range(kh)]
+        cols = [np.arange(out[1]) * sw + j - left for j in range(kw)]
+        return out, pads, [(slice(i, i + sh * (out[0] - 1) + 1, sh), slice(j, j + sw * (out[1] - 1) + 1, sw),
+                            ((rows[i] >= 0) & (rows[i] < H))[:, None] & ((cols[j] >= 0) & (cols[j] < W))[None])
+                           for i in range(kh) for j in range(kw)]
+
+    def _forward_taps(self, x):
+        """The GPU's max pooling (module docstring): the max and the number of the tap that holds it."""
+        xp, (N, C, H, W) = array_module(x), x.shape
+        out, pads, taps = self._tap_views(H, W)
+        padded = xp.pad(x.astype(np.promote_types(x.dtype, np.float32), copy=False), ((0, 0), (0, 0)) + tuple(pads))
+        best = xp.full((N, C) + tuple(out), -np.inf, padded.dtype)
+        which = xp.full((N, C) + tuple(out), -1, np.int16)
+        for t, (rows, cols, inside) in enumerate(taps):
+            v = padded[:, :, rows, cols]
+            wins = like(inside, x) & ((which < 0) | (v > best) | xp.isnan(v))
+            best, which = xp.where(wins, v, best), xp.where(wins, np.int16(t), which)
+        self.save_for_backward(x.shape, which)
+        return best.astype(x.dtype, copy=False)
+
+    def _backward_taps(self, x_shape, which, dy):
+        xp, (N, C, H, W) = array_module(dy), x_shape
+        out, ((top, bottom), (left, right)), taps = self._tap_views(H, W)
+        ct = np.promote_types(dy.dtype, np.float32)
+        grad = xp.zeros((N, C, H + top + bottom, W + left + right), ct)
+        zero = xp.zeros((), ct)
+        for t, (rows, cols, _) in enumerate(taps):
+            grad[:, :, rows, cols] += xp.where(which == t, dy.astype(ct, copy=False), zero)
+        return grad[:, :, top:top + H, left:left + W].astype(dy.dtype)
+
     def backward_from(self, saved, dy, input_grad):
         if not input_grad:
             return None
+        if self.gpu_path(dy):
+            return self._backward_taps(*saved, dy)
         (N, C, H, W), argmax = saved
         ct = np.promote_types(dy.dtype, np.float32)
         dx = np.empty((N * C, H * W), ct)
@@ -105,18 +150,18 @@ class AvgPool2d(_Pool2d):
 
     def _sum_windows(self, x, pads, out):
         """The sum over every pooling window of x zero-padded by ``pads``."""
-        xp = np.pad(x, ((0, 0), (0, 0)) + tuple(pads))
+        padded = array_module(x).pad(x, ((0, 0), (0, 0)) + tuple(pads))
         taps = self._taps(out)
-        acc = xp[(...,) + taps[0]].copy()
+        acc = padded[(...,) + taps[0]].copy()
         for tap in taps[1:]:
-            acc += xp[(...,) + tap]
+            acc += padded[(...,) + tap]
         return acc
 
     def _scatter_windows(self, share, x_shape, pads, out):
         """dx: ``share`` added into the padded view of every tap, then the padding cropped."""
         (t, b), (l, r) = pads
         N, C, H, W = x_shape
-        grad = np.zeros((N, C, H + t + b, W + l + r), share.dtype)
+        grad = array_module(share).zeros((N, C, H + t + b, W + l + r), share.dtype)
         for tap in self._taps(out):
             grad[(...,) + tap] += share
         return grad[:, :, t:t + H, l:l + W].copy()
@@ -131,7 +176,7 @@ class AvgPool2d(_Pool2d):
     def forward(self, x):
         (H, W), dt = x.shape[2:], x.dtype
         out, pads = self._geometry(H, W)
-        divisor = self._divisor(H, W, pads, out)
+        divisor = like(self._divisor(H, W, pads, out), x)
         self.save_for_backward(x.shape, pads, out, divisor)
         return (self._sum_windows(x.astype(np.float64), pads, out) / divisor).astype(dt)
 
@@ -151,7 +196,7 @@ class AdaptiveAvgPool2d(Module):
 
     def forward(self, x):
         H, W = x.shape[2:]
-        ph, pw = (_bin_matrix(size, out) for size, out in zip((H, W), self.output_size))
+        ph, pw = (like(_bin_matrix(size, out), x) for size, out in zip((H, W), self.output_size))
         self.save_for_backward(ph, pw)
         return _separable(x, ph, pw)
 
@@ -179,4 +224,4 @@ def _separable(a, ph, pw):
     cols = matmul(a.reshape(-1, w).astype(ct, copy=False), pw.T.astype(ct))                 # (N*C*h, ow)
     ow, oh = pw.shape[0], ph.shape[0]
     rows = matmul(ph.astype(ct), cols.reshape(N * C, h, ow).transpose(1, 0, 2).reshape(h, -1))  # (oh, N*C*ow)
-    return np.ascontiguousarray(rows.reshape(oh, N, C, ow).transpose(1, 2, 0, 3), dtype=a.dtype)
+    return array_module(a).ascontiguousarray(rows.reshape(oh, N, C, ow).transpose(1, 2, 0, 3), dtype=a.dtype)

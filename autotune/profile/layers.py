@@ -13,6 +13,7 @@ import autotune
 
 from .. import measure, nn
 from ..cache import cpu_model
+from .tf32 import torch_tf32_off
 
 
 class ConvProfile:
@@ -161,13 +162,15 @@ def forced_passes(registry, layers) -> tuple[dict, dict]:
 
 def torch_conv2d(device: str = "cpu"):
     """A conv2d with convalgos' signature computed by torch, or None without torch (or, for ``"cuda"``,
-    without a CUDA torch). On the CPU torch gets numba's thread count; on the GPU arrays pass through DLPack."""
+    without a CUDA torch). On the CPU torch gets numba's thread count; on the GPU arrays pass through DLPack,
+    and TF32 is turned off (fp32 against fp32): the conv2d's ``tf32`` says what torch reports after."""
     try:
         import torch
     except ImportError:
         return None
     if device == "cuda" and not torch.cuda.is_available():
         return None
+    tf32 = torch_tf32_off(torch) if device == "cuda" else None
     import numba
     torch.set_num_threads(numba.get_num_threads())
 
@@ -184,6 +187,7 @@ def torch_conv2d(device: str = "cpu"):
             return y.numpy()
         import cupy
         return cupy.from_dlpack(y)
+    conv2d.tf32 = tf32
     return conv2d
 
 

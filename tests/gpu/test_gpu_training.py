@@ -1,0 +1,94 @@
+"""Training on the GPU: a model moved to "cuda" trains through the tuner's GPU device (under the simulator, the
+simulated one), every conv pass by the GPU registry, and one step equals the CPU's step: loss, every gradient,
+every parameter after SGD.
+
+The GPU's tuner is given one rule, im2col first: the simulator runs a kernel thread by thread in Python,
+and im2col (its work in NumPy's matmul, as cuBLAS's on hardware) is the one that keeps a LeNet-5 step under a
+second there; the direct kernel took minutes. The other algorithms' passes are checked in
+test_gpu_algorithms.py and its siblings."""
+import numpy as np
+import pytest
+
+import autotune
+from autotune import models, nn, optim, train
+from autotune.heuristics import Heuristics
+from autotune.nn.device import move, to_host
+from convalgos.arrays import simulator_enabled
+
+IM2COL_FIRST = Heuristics({"rules": [{"name": "im2col first (the simulator's cheapest)", "when": {},
+                                      "order": ["im2col"]}]})
+
+
+@pytest.fixture
+def gpu_tuner(monkeypatch):
+    """The Tuner a conv on "cuda" dispatches through, with the one rule, its table cleared before and after."""
+    tuner = autotune.simulated_gpu_tuner() if simulator_enabled() else autotune.default_tuner()
+    tuner.clear()
+    monkeypatch.setattr(tuner, "heuristics", IM2COL_FIRST)
+    yield tuner
+    tuner.clear()
+
+
+def one_step(model, x, labels):
+    opt = optim.SGD(model, lr=0.1, momentum=0.9, weight_decay=5e-4)
+    loss_fn = nn.CrossEntropyLoss()
+    model.train()
+    loss = loss_fn(model(move(x, model.device)), labels)
+    model.zero_grad()
+    model.backward(loss_fn.backward())
+    grads = {k: to_host(v) for k, v in model.grad_dict().items()}
+    opt.step()
+    return loss, grads
+
+
+def assert_steps_equal(make, x, labels, tol):
+    cpu, gpu = make(), make().to("cuda")
+    loss_cpu, grads_cpu = one_step(cpu, x, labels)
+    loss_gpu, grads_gpu = one_step(gpu, x, labels)
+    assert loss_gpu == pytest.approx(loss_cpu, rel=1e-6)
+    assert grads_gpu.keys() == grads_cpu.keys() and len(grads_cpu) == len(cpu.parameters())
+    for name, grad in grads_cpu.items():
+        np.testing.assert_allclose(grads_gpu[name], grad, rtol=tol, atol=tol, err_msg=name)
+    for name, value in cpu.state_dict().items():
+        np.testing.assert_allclose(to_host(gpu.state_dict()[name]), value, rtol=tol, atol=tol, err_msg=name)
+    return gpu
+
+
+def test_one_lenet5_step_on_the_simulated_gpu_equals_the_cpu_step(gpu_tuner):
+    rng = np.random.default_rng(0)
+    x, labels = rng.standard_normal((2, 1, 32, 32)).astype(np.float32), np.array([3, 7])
+    gpu = assert_steps_equal(lambda: models.lenet5(seed=0), x, labels, 1e-5)
+    entries = list(gpu_tuner.dispatch_table())
+    # two convs forward and backward-filter; conv1 needs no input gradient (as in torch)
+    assert sorted(e.key.op for e in entries) == ["backward_data", "backward_filter", "backward_filter", "forward",
+                                                 "forward"]
+    assert all(e.key.device.startswith("cuda:") for e in entries) and {e.algo for e in entries} == {"im2col"}
+    if simulator_enabled():                  # the simulated GPU's keys stay out of the module-level table
+        assert not any(e.key.device == "cuda:simulator" for e in autotune.dispatch_table())
+    gpu.to("cpu")
+    assert gpu.device == "cpu" and all(type(a) is np.ndarray for a in gpu.state_dict().values())
+
+
+def test_a_resnet_block_step_on_the_simulated_gpu_equals_the_cpu_step(gpu_tuner):
+    """BatchNorm's statistics and gradients, the ReLU gradient through the residual sum, the 1x1 shortcut."""
+    def block():
+        rng = np.random.default_rng(1)
+        return nn.Sequential(nn.BasicBlock(2, 4, stride=2, rng=rng), nn.AdaptiveAvgPool2d(1), nn.Flatten(),
+                             nn.Linear(4, 3, rng=rng))
+    rng = np.random.default_rng(2)
+    x, labels = rng.standard_normal((2, 2, 4, 4)).astype(np.float32), np.array([0, 2])
+    assert_steps_equal(block, x, labels, 1e-5)
+
+
+def test_fit_on_the_simulated_gpu(gpu_tuner, monkeypatch):
+    """``python -m autotune train --device cuda``'s loop: batches moved, logits read back, the right table."""
+    rng = np.random.default_rng(3)
+    images = rng.standard_normal((6, 1, 32, 32)).astype(np.float32)
+    classes = np.array([0, 1, 2, 0, 1, 2])
+    monkeypatch.setitem(train.DATASETS, "tiny", (lambda seed: (images[:4], classes[:4], images[4:], classes[4:]),
+                                                 ("lenet5",)))
+    result = train.fit("lenet5", "tiny", epochs=1, batch_size=4, device="cuda", progress=False,
+                       deterministic=True)                      # heuristic choices: the simulator times nothing
+    assert result["device"] == "cuda" and 0 <= result["test_accuracy"] <= 1
+    # five keys of the training batch of 4, two forward keys of the held-out batch of 2
+    assert {c["algo"] for c in result["choices"]} == {"im2col"} and len(result["choices"]) == 7
