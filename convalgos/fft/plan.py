@@ -30,7 +30,7 @@ one more copy, transposed), its row DFT,
 its planar and interleaved spectra, and the real tiles, spectra, product and inverse of Cs*P and K*P tiles (in
 swapped roles); backward_filter makes the tiles and spectra of x and dy, the accumulated spectrum (and a
 product buffer when the batch has several chunks), the lag rows (Rq x Fw) and lags (Rq x Sq) of the pruned
-inverse, and the picked weight gradient.
+inverse (the taps are then copied from the lags into the result: nothing more).
 """
 from __future__ import annotations
 
@@ -128,8 +128,7 @@ def plan_sizes(p: ConvParams, t: TilePlan, op: str = "forward", chunks: int = 1)
                  y_tiles_real=t.Th * t.Tw * p.K * P, y_spectrum_complex=F * p.K * P)
     if op == "backward_filter":
         return dict(tiles, dw_spectrum_complex=F * p.K * Csg, dw_product_complex=F * p.K * Csg * (chunks > 1),
-                    lag_rows_complex=t.Rq * Fw * p.K * Csg, lags_complex=t.Rq * t.Sq * p.K * Csg,
-                    dw_picked_real=p.K * p.Cg * p.R * p.S)
+                    lag_rows_complex=t.Rq * Fw * p.K * Csg, lags_complex=t.Rq * t.Sq * p.K * Csg)
     transposed = op == "backward_data"           # backward_data copies the taps once more, K and C swapped
     kernel = dict(kernel_taps_real=(2 + transposed) * t.Rq * t.Sq * p.K * Csg,
                   kernel_rows_complex=t.Rq * Fw * p.K * Csg,
