@@ -2,6 +2,7 @@
 promises (agreement with the reference, identities between the passes, reasons, workspace, FLOPs) hold."""
 from fractions import Fraction
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -12,10 +13,12 @@ from convalgos import ALGORITHMS, ConvParams, reference
 from convalgos.winograd.cooktoom import cook_toom, default_points, identity_holds
 from convalgos.reference import normwise_error
 from convalgos.winograd.cpu import Winograd
+from convalgos.winograd.kernels import block_tiles
 from layers import layers
 
 NAMES = ["winograd_2x2", "winograd_4x4", "winograd_6x6"]
 BACKWARD = ["backward_data", "backward_filter"]
+FUSED_TB = block_tiles("float32")
 
 
 # ---- the generator -----------------------------------------------------------------------------------------
@@ -244,6 +247,34 @@ def test_workspace_formula_and_chunking(m, op, hw, padding):
         assert algo.workspace.nbytes == algo.workspace_bytes(p, op)
         assert normwise_error(out, reference.PASS[op](a, b, p)) <= algo.tolerance_of(op, "float32")
     assert algo._n_chunks(p, op) > 1                                   # the small budget did chunk
+
+
+@pytest.mark.parametrize("name", NAMES + ["winograd_fused_4x4"])
+@pytest.mark.parametrize("op", convalgos.PASSES)
+def test_per_thread_scratch_is_counted_and_sized_by_the_layer(name, op):
+    """The transform kernels' scratch is one kept row per thread, counted in workspace_bytes at every thread
+    count (the fused pass also makes four TB-long index arrays per thread inside its kernel), and sized by the
+    work: on a one-filter 3x3 layer a few KiB per thread (a 1024-filter block was 258 KB for winograd_4x4)."""
+    algo = ALGORITHMS[name]
+    if not algo.implements(op):
+        pytest.skip(f"{name} has no {op} pass")
+    p = ConvParams.from_shapes((1, 1, 3, 3), (1, 1, 3, 3))
+    a, b = operands(p, op)
+    threads = numba.get_num_threads()
+    declared = {}
+    try:
+        for n_threads in sorted({1, threads}):
+            numba.set_num_threads(n_threads)
+            algo.release()
+            getattr(algo, op)(a, b, p, np.empty(p.result_shape(op), np.float32))
+            declared[n_threads] = algo.workspace_bytes(p, op)
+            in_kernel = n_threads * 4 * FUSED_TB * 8 if name == "winograd_fused_4x4" else 0
+            assert algo.workspace.nbytes + in_kernel == declared[n_threads]
+    finally:
+        numba.set_num_threads(threads)
+        algo.release()
+    assert declared[threads] - declared[1] <= (threads - 1) * (24 << 10)          # per thread: < 24 KiB more
+    assert declared[1] < (24 << 10)
 
 
 def test_error_grows_with_tile_size_on_a_deep_layer():

@@ -50,13 +50,16 @@ m*ceil(Ho'/m) + 2, likewise Wpad) and the transformed tiles of a chunk (alpha^2 
 the same with dy padded (N K Hpad Wpad). Backward-filter: the padded x, dy padded to whole tiles (N K (Hpad
 - 2)(Wpad - 2), none when m divides Ho and Wo), the chunk's tiles, S (alpha^2 K Cg) and, when there are
 several chunks, a second S. A chunk is whole rows of tiles, as many as keep its tiles within ``chunk_bytes``.
-Each transform kernel also allocates per thread a scratch of a few alpha^2 * ``tiles_per_block`` (or
-``filter_block``) elements (tens of KiB, not counted).
+Plus, every pass, one scratch row per thread that the transform kernels take turns to use (``_scratch``):
+the largest of their needs, (a^2 + ab + b^2) elements per array transformed at once by a b x a matrix, times
+the arrays of one item: tiles of a block (``tiles_per_block``, at most a chunk's rows), or filters of a block
+(``filter_block``, at most an equal share of the filters per thread): ~80 KiB per thread for winograd_4x4's
+output transform on a 256-tile block in float32, a few KiB on a small layer.
 
 Constraints (every pass): a 3x3 kernel, stride 1, dilation 1; any padding (asymmetric too), any groups.
 Depthwise layers run but are slow: with one channel per group the GEMMs degenerate (forward: an outer product,
-done by broadcasting; backward-filter: a dot product over the tiles), there is no channel sum to amortise the
-transforms over, and they cost as much as direct's 9 multiply-adds per output.
+done by a kernel of its own; backward-filter: a dot product over the tiles), there is no channel sum to amortise
+the transforms over, and they cost as much as direct's 9 multiply-adds per output.
 
 Prepared weights (``prepare``): U of the forward filters, or of backward-data's flipped ones, made once by the
 same filter transform and read by the pass instead of transforming w (alpha^2 K Cg elements; it serves the
@@ -89,7 +92,8 @@ from numba import get_num_threads
 from ..params import ConvParams
 from ..registry import Algorithm
 from .cooktoom import cook_toom
-from .kernels import block_transform, filter_transform, output_transform, shift_into, tile_transform
+from .kernels import (block_tiles, block_transform, filter_block_size, filter_transform, outer_products,
+                      output_transform, scratch_elements, shift_into, tile_transform)
 from .shared import TOLERANCES, f3x3_constraints, sandwich_flops, tile_grid
 
 
@@ -101,7 +105,7 @@ class Winograd(Algorithm):
     chunk_bytes = 32 << 20
     #: tiles a transform kernel takes per loop iteration (whole tile rows; at least one row).
     tiles_per_block = 256
-    #: filters ((k, c) pairs) per item of the filter transform.
+    #: filters ((k, c) pairs) per item of the filter transform (at most an equal share of them per thread).
     filter_block = 1024
 
     def __init__(self, m: int, tolerances: dict[str, dict[str, float]] | None = None, points=None):
@@ -148,6 +152,33 @@ class Winograd(Algorithm):
     def _n_chunks(self, p: ConvParams, op: str) -> int:
         return -(-p.N * self._tiles(p, op)[0] // self._rows_per_chunk(p, op))
 
+    def _rows_per_block(self, p: ConvParams, op: str) -> int:
+        """Tile rows per item of a (non-register) transform kernel: tiles_per_block, in whole rows (at least one),
+        at most a chunk's."""
+        return min(max(1, self.tiles_per_block // self._tiles(p, op)[1]), self._rows_per_chunk(p, op))
+
+    def _scratch_elements(self, p: ConvParams, op: str, n_threads: int) -> int:
+        """Scratch elements per thread: the most any transform kernel of pass ``op`` uses at once."""
+        a, m, r = self.alpha, self.m, self.r
+        tiles = self._rows_per_block(p, op) * self._tiles(p, op)[1]
+        filters = filter_block_size(p.K * p.Cg, self.filter_block, n_threads)
+
+        def tile_kernel(b, a):           # X (b x a) on tiles: a 6 x 6 X by blocks of TB tiles in registers
+            if (b, a) == (6, 6):
+                return scratch_elements(6, 6, block_tiles(p.compute_dtype))
+            return scratch_elements(a, b, tiles)
+
+        if op == "backward_filter":      # x tiles by B'^T, dy tiles by G' (alpha x m), the sums S by A'^T (3 x alpha)
+            needs = (tile_kernel(a, a), tile_kernel(a, m), scratch_elements(a, r, filters))
+        else:                            # input tiles by B^T, output tiles by A^T (m x alpha), filters by G (alpha x 3)
+            needs = (tile_kernel(a, a), scratch_elements(a, m, tiles), scratch_elements(r, a, filters))
+        return max(needs)
+
+    def _scratch(self, p: ConvParams, op: str, dtype):
+        """One scratch row per thread, kept: the transform kernels carve their D, T, Y out of it in turn."""
+        n_threads = get_num_threads()
+        return self.workspace.get("scratch", (n_threads, self._scratch_elements(p, op, n_threads)), dtype)
+
     # ---- the questions -------------------------------------------------------------------------------------
     def constraints(self, p: ConvParams, op: str = "forward"):
         return f3x3_constraints(self.name, p)
@@ -165,7 +196,8 @@ class Winograd(Algorithm):
             dy_tiles = 0 if self._dy_is_whole_tiles(p) else p.N * p.K * (Hpad - 2) * (Wpad - 2)
             sums = a2 * p.K * p.Cg * (1 if self._n_chunks(p, op) == 1 else 2)
             elements = p.N * p.C * Hpad * Wpad + dy_tiles + chunk + sums
-        return elements * p.itemsize
+        n_threads = get_num_threads()
+        return (elements + n_threads * self._scratch_elements(p, op, n_threads)) * p.itemsize
 
     def gemm_multiplies(self, p: ConvParams, op: str = "forward") -> int:
         """The elementwise products in the transformed domain: alpha^2 per tile per (k, c) pair."""
@@ -212,7 +244,7 @@ class Winograd(Algorithm):
         a, a2, m = self.alpha, self.alpha ** 2, self.m
         AT, G, BT = self._float[x.dtype]["backward_filter"]
         tiles_h, tiles_w = self._tiles(p, "backward_filter")
-        n_threads = get_num_threads()
+        scratch = self._scratch(p, "backward_filter", x.dtype)
         (top, _), (left, _) = p.padding
         xpad = self.workspace.get("pad", (p.N, p.C) + self._padded_hw(p, "backward_filter"), x.dtype)
         shift_into(x, top, left, xpad)
@@ -222,14 +254,15 @@ class Winograd(Algorithm):
             shift_into(dy, 0, 0, dy_tiles)
         S = self.workspace.get("S", (a2, p.groups, p.Kg, p.Cg), x.dtype)
         for q0, P, X, D in self._chunks(p, "backward_filter", p.C, p.K, x.dtype):
-            self._transform_tiles(xpad, BT, q0, tiles_w, X)
-            self._transform_tiles(dy_tiles, G, q0, tiles_w, D)
+            self._transform_tiles(xpad, BT, q0, p, "backward_filter", scratch, X)
+            self._transform_tiles(dy_tiles, G, q0, p, "backward_filter", scratch, D)
             product = S if q0 == 0 else self.workspace.get("S_chunk", S.shape, x.dtype)
             np.matmul(D.reshape(a2, p.groups, p.Kg, P), X.reshape(a2, p.groups, p.Cg, P).transpose(0, 1, 3, 2),
                       out=product)
             if product is not S:
                 S += product
-        filter_transform(S.reshape(a, a, p.K * p.Cg).transpose(2, 0, 1), AT, self.filter_block, n_threads,
+        block = filter_block_size(p.K * p.Cg, self.filter_block, len(scratch))
+        filter_transform(S.reshape(a, a, p.K * p.Cg).transpose(2, 0, 1), AT, block, scratch,
                          out.reshape(p.K * p.Cg, 3, 3))
 
     # ---- the steps they share ------------------------------------------------------------------------------
@@ -242,7 +275,9 @@ class Winograd(Algorithm):
         G = self._float[w.dtype][op][1]
         if U is None:
             U = self.workspace.get("U", (self.alpha, self.alpha, p.K * p.Cg), w.dtype)
-        filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, self.filter_block, get_num_threads(), U.transpose(2, 0, 1))
+        scratch = self._scratch(p, op, w.dtype)
+        block = filter_block_size(p.K * p.Cg, self.filter_block, len(scratch))
+        filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, block, scratch, U.transpose(2, 0, 1))
         return U
 
     def _chunks(self, p: ConvParams, op: str, first: int, second: int, dtype):
@@ -256,29 +291,29 @@ class Winograd(Algorithm):
             yield (q0, P, buffer[:a * a * first * P].reshape(a, a, first, P),
                    buffer[a * a * first * P:a * a * (first + second) * P].reshape(a, a, second, P))
 
-    def _transform_tiles(self, src, X, q0: int, tiles_w: int, V) -> None:
+    def _transform_tiles(self, src, X, q0: int, p: ConvParams, op: str, scratch, V) -> None:
         """V = X d X^T for every tile d of the chunk from tile row q0: a 6 x 6 X (m = 4, both F(4, 3) and F(3,
         4)) by blocks of tiles held in registers (``block_transform``), any other in loops along tile rows."""
+        tiles_w = self._tiles(p, op)[1]
         if X.shape == (6, 6):
-            block_transform(src, X, self.m, q0, tiles_w, get_num_threads(), V)
+            block_transform(src, X, self.m, q0, tiles_w, scratch, V)
         else:
-            block_rows = max(1, self.tiles_per_block // tiles_w)
-            tile_transform(src, X, self.m, q0, tiles_w, block_rows, get_num_threads(), V)
+            tile_transform(src, X, self.m, q0, tiles_w, self._rows_per_block(p, op), scratch, V)
 
     def _correlate(self, src, top, left, U, p: ConvParams, op: str, out) -> None:
         """out = the 3x3 correlation (stride 1) of src placed at (top, left) inside zeros with the filters whose
         transforms are U (alpha^2, groups, out channels per group, in channels per group), tiled over out."""
         AT, _, BT = self._float[src.dtype][op]
         n_in, n_out = src.shape[1], out.shape[1]
-        tiles_w = self._tiles(p, op)[1]
-        n_threads, block_rows = get_num_threads(), max(1, self.tiles_per_block // tiles_w)
+        tiles_w, block_rows = self._tiles(p, op)[1], self._rows_per_block(p, op)
+        scratch = self._scratch(p, op, src.dtype)
         pad = self.workspace.get("pad", (p.N, n_in) + self._padded_hw(p, op), src.dtype)
         shift_into(src, top, left, pad)
         # with one input channel per group (depthwise) each product is (out x 1) @ (1 x P): an outer product,
-        # which broadcasting does in one pass where matmul would make alpha^2 * groups tiny calls
-        gemm = np.multiply if U.shape[-1] == 1 else np.matmul
+        # one pass of a kernel where matmul would make alpha^2 * groups tiny calls
+        gemm = outer_products if U.shape[-1] == 1 else np.matmul
         a2 = self.alpha ** 2
         for q0, P, V, M in self._chunks(p, op, n_in, n_out, src.dtype):
-            self._transform_tiles(pad, BT, q0, tiles_w, V)
-            gemm(U, V.reshape(a2, p.groups, -1, P), out=M.reshape(a2, p.groups, -1, P))
-            output_transform(M, AT, q0, tiles_w, block_rows, n_threads, out)
+            self._transform_tiles(pad, BT, q0, p, op, scratch, V)
+            gemm(U, V.reshape(a2, p.groups, -1, P), M.reshape(a2, p.groups, -1, P))
+            output_transform(M, AT, q0, tiles_w, block_rows, scratch, out)
