@@ -9,6 +9,7 @@ from hypothesis import HealthCheck, given, settings
 
 import convalgos
 import convalgos.winograd.cpu
+import convalgos.winograd.kernels
 from convalgos import ALGORITHMS, ConvParams, reference
 from convalgos.winograd.cooktoom import cook_toom, default_points, identity_holds
 from convalgos.reference import normwise_error
@@ -68,7 +69,8 @@ def test_two_dimensional_form_exact(m, r):
 
 # ---- multiplies and FLOPs ----------------------------------------------------------------------------------
 class CountingNumpy:
-    """NumPy, except that matmul and multiply count the multiplies they do (stands in for winograd's ``np``)."""
+    """NumPy, except that matmul counts the multiplies it does (stands in for winograd's ``np``); so does
+    ``outer_products``, the depthwise layers' products (stands in for winograd's kernel of that name)."""
 
     def __init__(self):
         self.multiplies = 0
@@ -80,9 +82,9 @@ class CountingNumpy:
         self.multiplies += out.size * a.shape[-1]
         return np.matmul(a, b, out=out)
 
-    def multiply(self, a, b, out):
-        self.multiplies += out.size
-        return np.multiply(a, b, out=out)
+    def outer_products(self, U, V, M):
+        self.multiplies += M.size
+        return convalgos.winograd.kernels.outer_products(U, V, M)
 
 
 def operands(p, op, seed=0):
@@ -105,6 +107,7 @@ def test_multiplies_are_counted_as_done_and_drop_against_direct(name, op, shape,
     p = ConvParams.from_shapes(*shape, padding=1, groups=groups)
     counting = CountingNumpy()
     monkeypatch.setattr(convalgos.winograd.cpu, "np", counting)
+    monkeypatch.setattr(convalgos.winograd.cpu, "outer_products", counting.outer_products)
     algo.release()
     getattr(algo, op)(*operands(p, op), p, np.empty(p.result_shape(op), np.float32))
     tiled = (p.H, p.W) if op == "backward_data" else p.out_hw           # dx's tiles, else y's (dy's)

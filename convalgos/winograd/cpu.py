@@ -86,6 +86,8 @@ forward errors on C = 512 layers (12x12 to 28x28): about 8e-7 for m = 2, 1e-5 to
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import get_num_threads
 
@@ -95,6 +97,16 @@ from .cooktoom import cook_toom
 from .kernels import (block_tiles, block_transform, filter_block_size, filter_transform, outer_products,
                       output_transform, scratch_elements, shift_into, tile_transform)
 from .shared import TOLERANCES, f3x3_constraints, sandwich_flops, tile_grid
+
+
+class Blocking(NamedTuple):
+    """How a pass cuts its work: threads, tiles per tile row, tile rows per transform item, filters per filter
+    transform item, and scratch elements per thread."""
+    threads: int
+    tiles_w: int
+    rows_per_block: int
+    filter_block: int
+    scratch: int
 
 
 class Winograd(Algorithm):
@@ -120,6 +132,7 @@ class Winograd(Algorithm):
         self.matrices = cook_toom(m, self.r, points)                 # F(m, 3): forward and backward-data
         self.filter_matrices = cook_toom(self.r, m, points)          # F(3, m): backward-filter
         self._float = {np.dtype(dt): self._float_matrices(dt) for dt in (np.float32, np.float64)}
+        self._blockings: dict = {}                                   # (layer, pass, settings) -> Blocking
 
     def _float_matrices(self, dtype) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Pass -> (output, filter, input) transform matrices in ``dtype``; backward-data's G is G J."""
@@ -174,10 +187,20 @@ class Winograd(Algorithm):
             needs = (tile_kernel(a, a), scratch_elements(a, m, tiles), scratch_elements(r, a, filters))
         return max(needs)
 
-    def _scratch(self, p: ConvParams, op: str, dtype):
-        """One scratch row per thread, kept: the transform kernels carve their D, T, Y out of it in turn."""
+    def _blocking(self, p: ConvParams, op: str) -> Blocking:
+        """How pass ``op`` of ``p`` cuts its work at today's thread count; memoised per layer and settings
+        (working it out twice a call cost 4-6 us of Python, +10-20% on a 40 us layer)."""
         n_threads = get_num_threads()
-        return self.workspace.get("scratch", (n_threads, self._scratch_elements(p, op, n_threads)), dtype)
+        key = (p, op, n_threads, self.chunk_bytes, self.tiles_per_block, self.filter_block)
+        if key not in self._blockings:
+            self._blockings[key] = Blocking(n_threads, self._tiles(p, op)[1], self._rows_per_block(p, op),
+                                            filter_block_size(p.K * p.Cg, self.filter_block, n_threads),
+                                            self._scratch_elements(p, op, n_threads))
+        return self._blockings[key]
+
+    def _scratch(self, blocking: Blocking, dtype):
+        """One scratch row per thread, kept: the transform kernels carve their D, T, Y out of it in turn."""
+        return self.workspace.get("scratch", (blocking.threads, blocking.scratch), dtype)
 
     # ---- the questions -------------------------------------------------------------------------------------
     def constraints(self, p: ConvParams, op: str = "forward"):
@@ -196,8 +219,8 @@ class Winograd(Algorithm):
             dy_tiles = 0 if self._dy_is_whole_tiles(p) else p.N * p.K * (Hpad - 2) * (Wpad - 2)
             sums = a2 * p.K * p.Cg * (1 if self._n_chunks(p, op) == 1 else 2)
             elements = p.N * p.C * Hpad * Wpad + dy_tiles + chunk + sums
-        n_threads = get_num_threads()
-        return (elements + n_threads * self._scratch_elements(p, op, n_threads)) * p.itemsize
+        blocking = self._blocking(p, op)
+        return (elements + blocking.threads * blocking.scratch) * p.itemsize
 
     def gemm_multiplies(self, p: ConvParams, op: str = "forward") -> int:
         """The elementwise products in the transformed domain: alpha^2 per tile per (k, c) pair."""
@@ -221,30 +244,32 @@ class Winograd(Algorithm):
     # ---- prepared weights ----------------------------------------------------------------------------------
     def prepare_weight(self, w, p: ConvParams, op: str):
         """U of the forward filters, or of backward-data's flipped ones: what the pass would compute first."""
-        return self._transformed_filters(w, p, op, np.empty((self.alpha, self.alpha, p.K * p.Cg), w.dtype))
+        U = np.empty((self.alpha, self.alpha, p.K * p.Cg), w.dtype)
+        return self._transformed_filters(w, p, op, self._blocking(p, op), U)
 
     def prepare_bytes(self, p: ConvParams, op: str = "forward") -> int:
         return self.alpha ** 2 * p.K * p.Cg * p.itemsize if self.prepares(op) else 0
 
     # ---- the passes ----------------------------------------------------------------------------------------
     def forward(self, x, w, p: ConvParams, out, prepared=None) -> None:
-        a2 = self.alpha ** 2
-        U = self._transformed_filters(w, p, "forward") if prepared is None else prepared
+        a2, blocking = self.alpha ** 2, self._blocking(p, "forward")
+        U = self._transformed_filters(w, p, "forward", blocking) if prepared is None else prepared
         (top, _), (left, _) = p.padding
-        self._correlate(x, top, left, U.reshape(a2, p.groups, p.Kg, p.Cg), p, "forward", out)
+        self._correlate(x, top, left, U.reshape(a2, p.groups, p.Kg, p.Cg), p, "forward", blocking, out)
 
     def backward_data(self, dy, w, p: ConvParams, out, prepared=None) -> None:
-        a2 = self.alpha ** 2
-        U = self._transformed_filters(w, p, "backward_data") if prepared is None else prepared  # flipped filters
+        a2, blocking = self.alpha ** 2, self._blocking(p, "backward_data")
+        U = self._transformed_filters(w, p, "backward_data", blocking) if prepared is None else prepared  # flipped
         (top, _), (left, _) = p.padding
         U_t = U.reshape(a2, p.groups, p.Kg, p.Cg).transpose(0, 1, 3, 2)  # K and C swapped
-        self._correlate(dy, 2 - top, 2 - left, U_t, p, "backward_data", out)
+        self._correlate(dy, 2 - top, 2 - left, U_t, p, "backward_data", blocking, out)
 
     def backward_filter(self, x, dy, p: ConvParams, out) -> None:
         a, a2, m = self.alpha, self.alpha ** 2, self.m
         AT, G, BT = self._float[x.dtype]["backward_filter"]
         tiles_h, tiles_w = self._tiles(p, "backward_filter")
-        scratch = self._scratch(p, "backward_filter", x.dtype)
+        blocking = self._blocking(p, "backward_filter")
+        scratch = self._scratch(blocking, x.dtype)
         (top, _), (left, _) = p.padding
         xpad = self.workspace.get("pad", (p.N, p.C) + self._padded_hw(p, "backward_filter"), x.dtype)
         shift_into(x, top, left, xpad)
@@ -254,30 +279,28 @@ class Winograd(Algorithm):
             shift_into(dy, 0, 0, dy_tiles)
         S = self.workspace.get("S", (a2, p.groups, p.Kg, p.Cg), x.dtype)
         for q0, P, X, D in self._chunks(p, "backward_filter", p.C, p.K, x.dtype):
-            self._transform_tiles(xpad, BT, q0, p, "backward_filter", scratch, X)
-            self._transform_tiles(dy_tiles, G, q0, p, "backward_filter", scratch, D)
+            self._transform_tiles(xpad, BT, q0, blocking, scratch, X)
+            self._transform_tiles(dy_tiles, G, q0, blocking, scratch, D)
             product = S if q0 == 0 else self.workspace.get("S_chunk", S.shape, x.dtype)
             np.matmul(D.reshape(a2, p.groups, p.Kg, P), X.reshape(a2, p.groups, p.Cg, P).transpose(0, 1, 3, 2),
                       out=product)
             if product is not S:
                 S += product
-        block = filter_block_size(p.K * p.Cg, self.filter_block, len(scratch))
-        filter_transform(S.reshape(a, a, p.K * p.Cg).transpose(2, 0, 1), AT, block, scratch,
+        filter_transform(S.reshape(a, a, p.K * p.Cg).transpose(2, 0, 1), AT, blocking.filter_block, scratch,
                          out.reshape(p.K * p.Cg, 3, 3))
 
     # ---- the steps they share ------------------------------------------------------------------------------
     def _dy_is_whole_tiles(self, p: ConvParams) -> bool:
         return all(size % self.m == 0 for size in p.out_hw)
 
-    def _transformed_filters(self, w, p: ConvParams, op: str, U=None):
+    def _transformed_filters(self, w, p: ConvParams, op: str, blocking: Blocking, U=None):
         """U (alpha, alpha, K*Cg): G w[k, c] G^T for every filter (G J for backward-data's flipped ones), into
         ``U`` when given, else into a kept workspace buffer."""
         G = self._float[w.dtype][op][1]
         if U is None:
             U = self.workspace.get("U", (self.alpha, self.alpha, p.K * p.Cg), w.dtype)
-        scratch = self._scratch(p, op, w.dtype)
-        block = filter_block_size(p.K * p.Cg, self.filter_block, len(scratch))
-        filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, block, scratch, U.transpose(2, 0, 1))
+        filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, blocking.filter_block, self._scratch(blocking, w.dtype),
+                         U.transpose(2, 0, 1))
         return U
 
     def _chunks(self, p: ConvParams, op: str, first: int, second: int, dtype):
@@ -291,22 +314,20 @@ class Winograd(Algorithm):
             yield (q0, P, buffer[:a * a * first * P].reshape(a, a, first, P),
                    buffer[a * a * first * P:a * a * (first + second) * P].reshape(a, a, second, P))
 
-    def _transform_tiles(self, src, X, q0: int, p: ConvParams, op: str, scratch, V) -> None:
+    def _transform_tiles(self, src, X, q0: int, blocking: Blocking, scratch, V) -> None:
         """V = X d X^T for every tile d of the chunk from tile row q0: a 6 x 6 X (m = 4, both F(4, 3) and F(3,
         4)) by blocks of tiles held in registers (``block_transform``), any other in loops along tile rows."""
-        tiles_w = self._tiles(p, op)[1]
         if X.shape == (6, 6):
-            block_transform(src, X, self.m, q0, tiles_w, scratch, V)
+            block_transform(src, X, self.m, q0, blocking.tiles_w, scratch, V)
         else:
-            tile_transform(src, X, self.m, q0, tiles_w, self._rows_per_block(p, op), scratch, V)
+            tile_transform(src, X, self.m, q0, blocking.tiles_w, blocking.rows_per_block, scratch, V)
 
-    def _correlate(self, src, top, left, U, p: ConvParams, op: str, out) -> None:
+    def _correlate(self, src, top, left, U, p: ConvParams, op: str, blocking: Blocking, out) -> None:
         """out = the 3x3 correlation (stride 1) of src placed at (top, left) inside zeros with the filters whose
         transforms are U (alpha^2, groups, out channels per group, in channels per group), tiled over out."""
         AT, _, BT = self._float[src.dtype][op]
         n_in, n_out = src.shape[1], out.shape[1]
-        tiles_w, block_rows = self._tiles(p, op)[1], self._rows_per_block(p, op)
-        scratch = self._scratch(p, op, src.dtype)
+        scratch = self._scratch(blocking, src.dtype)
         pad = self.workspace.get("pad", (p.N, n_in) + self._padded_hw(p, op), src.dtype)
         shift_into(src, top, left, pad)
         # with one input channel per group (depthwise) each product is (out x 1) @ (1 x P): an outer product,
@@ -314,6 +335,6 @@ class Winograd(Algorithm):
         gemm = outer_products if U.shape[-1] == 1 else np.matmul
         a2 = self.alpha ** 2
         for q0, P, V, M in self._chunks(p, op, n_in, n_out, src.dtype):
-            self._transform_tiles(pad, BT, q0, p, op, scratch, V)
+            self._transform_tiles(pad, BT, q0, blocking, scratch, V)
             gemm(U, V.reshape(a2, p.groups, -1, P), M.reshape(a2, p.groups, -1, P))
-            output_transform(M, AT, q0, tiles_w, block_rows, scratch, out)
+            output_transform(M, AT, q0, blocking.tiles_w, blocking.rows_per_block, scratch, out)
