@@ -10,13 +10,14 @@ and choice, then the dispatch table; then time whole passes in interleaved round
 autotuned, every conv forced to each single algorithm that runs every layer, and torch's conv2d when torch is
 installed. A forced pass still running at 3x the autotuned pass is abandoned (torch is warmed up first). With
 ``--device cuda`` the convs run alone on the GPU (the other layers are CPU-only), so the passes are the
-model's conv time. With a warm ``--cache`` the tuning pass times nothing: every key is a cache hit.
+model's conv time. With a warm ``--cache`` the tuning pass times nothing: every key is a cache hit. Ctrl-C
+(here or in ``train``) ends the run with one line: the cache entries kept and where, and how to resume; exit
+status 130.
 """
 from __future__ import annotations
 
 import argparse
 import dataclasses
-import json
 import os
 import sys
 from collections import Counter
@@ -26,21 +27,16 @@ import numpy as np
 import convalgos
 
 import autotune
-from autotune import cache, models, nn, profile, train
+from autotune import cache, models, nn, profile
+from autotune.cli_common import interrupted, positive_int, write_json
 from autotune.devices import CudaEventTimer
+from autotune.train_cli import train_main
 from convalgos.backends import BACKENDS
 
 DTYPES = ("float32", "float64", "float16")
 
 
 # ---- options ------------------------------------------------------------------------------------------------
-def positive_int(text: str) -> int:
-    value = int(text) if text.lstrip("-").isdigit() else None
-    if value is None or value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
-    return value
-
-
 def size(text: str) -> tuple[int, ...]:
     """"224", "224x200" (H x W) or "3x224x224" (C x H x W)."""
     parts = text.lower().split("x")
@@ -105,7 +101,7 @@ def check_options(ap, args) -> None:
         try:
             import matplotlib  # noqa: F401
         except ImportError:
-            ap.error("--plot needs matplotlib: pip install 'convalgos[plot]'")
+            ap.error('--plot needs matplotlib: pip install -e ".[plot]" in the clone (or pip install matplotlib)')
     check_paths(ap, args)
 
 
@@ -160,6 +156,14 @@ def main(argv=None) -> int:
     ap = parser()
     args = ap.parse_args(argv)
     check_options(ap, args)
+    try:
+        return tune_and_report(ap, args)
+    except KeyboardInterrupt:
+        return interrupted(args.cache, "resumes from them: a tuned key is not timed again")
+
+
+def tune_and_report(ap, args) -> int:
+    """Tune the model's convolutions and print the report (the steps of the module docstring)."""
     model = models.get_model(args.model, dtype=args.dtype)
     shape = input_shape(ap, model, args)
     out = sys.stderr if args.json == "-" else sys.stdout
@@ -182,7 +186,7 @@ def main(argv=None) -> int:
         layer_params = list(dict.fromkeys(p for _, p in calls))
         entries = profile.forward_entries(layer_params, device=args.device)
         print("\n".join(profile.layer_lines(calls, entries)), file=out)
-        print(f"\ndispatch table ({len(layer_params)} distinct conv layers):\n{autotune.dispatch_table()}", file=out)
+        print(f"\n{autotune.dispatch_table()}", file=out)
         passes, na = profile.forced_passes(registry, layer_params)
         torch_conv = profile.torch_conv2d(args.device) if args.dtype != "float16" else None
         if torch_conv is not None:
@@ -192,9 +196,10 @@ def main(argv=None) -> int:
                                                min_seconds=0.3 * args.rounds)
     known = {e.key for e in before}
     counts = dict(Counter("reused" if e.key in known else e.source for e in entries.values()))
+    jit_s = sum(sum(e.jit.values()) for e in autotune.dispatch_table() if e.key not in known)
     what = "forward pass" if args.device == "cpu" else "conv time of a forward pass (GPU)"
     lines, totals = profile.summary(times, na, abandoned, tuning_s, counts, [entries[p].algo for p in entries], what,
-                            registry)
+                                    registry, jit_s)
     print("\n" + "\n".join(lines), file=out)
     if args.json:
         write_json(args.json, {
@@ -223,76 +228,6 @@ def first_pass(model, shape, args):
     timer = CudaEventTimer()
     seconds = timer.time(lambda: workload(None))
     return calls, workload, seconds, BACKENDS["cuda"].registry, cupy, timer
-
-
-def write_json(path: str, doc: dict) -> None:
-    """``doc`` as JSON into ``path``, or onto stdout for "-"."""
-    if path == "-":
-        json.dump(doc, sys.stdout, indent=1, default=str)
-        sys.stdout.write("\n")
-    else:
-        with open(path, "w") as f:
-            json.dump(doc, f, indent=1, default=str)
-
-
-# ---- python -m autotune train -----------------------------------------------------------------------------
-def non_negative(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value >= 0:
-        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
-    return value
-
-
-def train_parser() -> argparse.ArgumentParser:
-    ap = argparse.ArgumentParser(prog="autotune train", description="train a model through the dispatcher "
-                                 "(benchmark mode on); report held-out accuracy and time per epoch")
-    ap.add_argument("--model", default="lenet5", help="the model (default lenet5)")
-    ap.add_argument("--data", default="digits", help=f"one of {', '.join(train.DATASETS)} (default digits)")
-    ap.add_argument("--epochs", type=positive_int, default=10)
-    ap.add_argument("--batch-size", type=positive_int, default=64)
-    ap.add_argument("--lr", type=non_negative, default=0.01)
-    ap.add_argument("--momentum", type=non_negative, default=0.9)
-    ap.add_argument("--weight-decay", type=non_negative, default=5e-4)
-    ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--benchmark-limit", type=positive_int, default=None, metavar="N",
-                    help="time at most N best-ranked candidates per pass and layer")
-    ap.add_argument("--subset", type=positive_int, default=None, metavar="N",
-                    help="train on N images of the training split only (quick runs)")
-    ap.add_argument("--deterministic", action="store_true",
-                    help="the same numbers every run: deterministic algorithms chosen by the heuristic")
-    ap.add_argument("--json", metavar="PATH", help="write the results as JSON ('-': stdout, the report to stderr)")
-    return ap
-
-
-def train_main(argv) -> int:
-    ap = train_parser()
-    args = ap.parse_args(argv)
-    if train.problem(args.model, args.data):
-        ap.error(train.problem(args.model, args.data))
-    if args.json and args.json != "-" and cache.writable_problem(args.json):
-        ap.error(f"--json {args.json}: {cache.writable_problem(args.json)}")
-    out = sys.stderr if args.json == "-" else sys.stdout
-    mode = "deterministic, heuristic choices" if args.deterministic else "benchmark on"
-    print(f"autotune train: {args.model} on {args.data}, {args.epochs} epochs, batch {args.batch_size}, "
-          f"lr {args.lr:g}, momentum {args.momentum:g}, weight decay {args.weight_decay:g}, seed {args.seed}, "
-          f"{mode}, {profile.device_description('cpu')}", file=out)
-
-    def report(record):
-        print(train.epoch_line(record), file=out, flush=True)
-    try:
-        result = train.fit(args.model, args.data, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                           momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
-                           deterministic=args.deterministic, benchmark_limit=args.benchmark_limit,
-                           subset=args.subset, on_epoch=report)
-    except ImportError as err:                 # the data set's extra is not installed
-        ap.error(str(err))
-    print(train.result_line(result), file=out)
-    if args.json:
-        write_json(args.json, result)
-    return 0
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import numpy as np
 
-TRAIN_EXTRA = "pip install 'convalgos[train]' (or pip install scikit-learn)"
+TRAIN_EXTRA = 'pip install -e ".[train]" in the clone (or pip install scikit-learn)'
 
 
 def bilinear_matrix(size_in: int, size_out: int) -> np.ndarray:

@@ -12,6 +12,7 @@ to back puts it on one.
 from __future__ import annotations
 
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -136,10 +137,19 @@ class ReferenceCheck:
     A small layer is its own sample. The float64 reference of a whole VGG layer costs 0.2-0.8 s here (10-40
     runs of the fast algorithms); the sample costs a small fraction of that and holds every border and the
     channel remainders an algorithm's blocking leaves.
+
+    NaN and Inf operands (a diverged loss, one bad pixel) are judged by ``judge``: by where the result's NaN
+    and Inf entries are, not by a NaN norm.
     """
 
     def __init__(self, op: str, a, b, p: ConvParams):
         self.op = op
+        a, b = np.asarray(a), np.asarray(b)
+        self.operands_finite = bool(np.isfinite(a).all() and np.isfinite(b).all())
+        with np.errstate(invalid="ignore", over="ignore"):      # Inf * 0 and Inf - Inf: NaN, as intended
+            self._reference(op, a, b, p)
+
+    def _reference(self, op: str, a, b, p: ConvParams) -> None:
         groups = _ends(p.groups)
         cin = range(p.Cg) if op == "forward" else _ends(p.Cg)
         cout = range(p.Kg) if op == "backward_data" else _ends(p.Kg)
@@ -150,7 +160,6 @@ class ReferenceCheck:
         sub = ConvParams.from_shapes((len(self.images), len(self.channels), p.H, p.W),
                                      (len(self.outputs), len(self.local), p.R, p.S), stride=p.stride,
                                      padding=p.padding, dilation=p.dilation, groups=len(groups), dtype=p.dtype)
-        a, b = np.asarray(a), np.asarray(b)
         if op == "forward":
             x, w = a[self.images][:, self.channels], b[self.outputs][:, self.local]
             self.strips = _strips(sub.out_hw[0])
@@ -171,8 +180,76 @@ class ReferenceCheck:
         return out[self.outputs][:, self.local]
 
     def error(self, out) -> float:
-        """max|sample - reference| / max|reference| (``reference.normwise_error``)."""
-        return reference.normwise_error(self.sample(out), self.ref)
+        """max|sample - reference| / max|reference| over the finite entries; inf when ``judge`` finds it wrong."""
+        return self.judge(out).error
+
+    def judge(self, out) -> "Verdict":
+        """The sample of ``out`` against the reference: its error and its NaN/Inf entries (``judge``)."""
+        return judge(self.sample(out), self.ref, self.operands_finite)
+
+
+class Verdict(NamedTuple):
+    """``error``: the normwise error over the entries finite in both (inf when ``nonfinite`` is wrong);
+    ``nonfinite``: "" (no NaN or Inf anywhere), "same" (NaN, +Inf, -Inf exactly where the reference has them),
+    "spread" (accepted: see ``judge``) or "wrong: <why>" (rejected)."""
+
+    error: float
+    nonfinite: str
+
+
+def judge(result, ref, operands_finite: bool = True) -> Verdict:
+    """A result's NaN and Inf entries, judged by where they are against the float64 reference's (rounded to
+    the result's dtype, so a float16 sum over 65504 is Inf in both), and the normwise error of the rest.
+
+    What the reference computes: each output (or gradient entry) is one sum of products, and IEEE arithmetic
+    makes such a sum non-finite in an order-independent way: NaN when a term is NaN, Inf * 0 or when +Inf
+    and -Inf terms meet (Inf - Inf), else +-Inf when a term is. So one NaN or Inf pixel reaches exactly the
+    outputs whose sums read it (a kernel-sized patch, every output channel), and an algorithm that computes
+    the same sums (direct, implicit_gemm, im2col, depthwise) gives NaN and Inf at the same entries, of the
+    same kind: "same".
+
+    What the transform algorithms compute: FFT and Winograd mix a whole image (FFT) or a tile (Winograd)
+    into every transformed entry, so one Inf becomes Inf - Inf = NaN over the image or tile, and an Inf of
+    the reference comes back as NaN. Measured on N2 C4 12x12 -> K5 3x3 with one Inf in x: the reference has
+    45 non-finite outputs; fft and fft_tiled 720 (every output plane of the Inf's image), winograd_4x4 80,
+    winograd_6x6 245, all NaN, and none of them finite where the reference is not.
+
+    That spread is "acceptable", not "wrong": (1) the choice is made per shape and kept for every later call
+    of that shape; judging it on the values of one call would let a NaN on the first call pin a slower
+    algorithm for the rest of the run, and in the cache file; (2) nothing is hidden: every NaN or Inf of the
+    reference is NaN or Inf in the result, so a NaN loss stays NaN and the user's own check sees it; (3) cuDNN's
+    FFT and Winograd algorithms do the same, and benchmark off may pick them too. So with NaN or Inf among
+    the operands, a result may have more non-finite entries than the reference, or NaN for its Inf ("spread").
+
+    "wrong", rejected: a NaN or Inf of the reference that the result makes finite (it hides the problem), an
+    Inf of the other sign, or any NaN or Inf the reference does not have when every operand was finite (an
+    algorithm's own fault).
+    """
+    result, ref = np.asarray(result), np.asarray(ref, dtype=np.float64)
+    if result.dtype.kind == "f" and result.dtype.itemsize < 8:
+        with np.errstate(over="ignore"):
+            ref_kinds = ref.astype(result.dtype).astype(np.float64)     # where the dtype's range ends: Inf
+    else:
+        ref_kinds = ref
+    result = result.astype(np.float64)
+    bad, good = ~np.isfinite(ref_kinds), np.isfinite(result)
+    if not bad.any() and good.all():
+        return Verdict(reference.normwise_error(result, ref), "")
+    hidden = int((bad & good).sum())
+    flipped = int((np.isinf(ref_kinds) & np.isinf(result) & (np.sign(ref_kinds) != np.sign(result))).sum())
+    extra = int((~bad & ~good).sum())
+    if hidden or flipped or (extra and operands_finite):
+        why = [f"{hidden} NaN/Inf of the reference made finite"] if hidden else []
+        why += [f"{flipped} Inf of the other sign"] if flipped else []
+        if extra and operands_finite:
+            why.append(f"{extra} NaN/Inf where the reference has none, from finite operands")
+        return Verdict(float("inf"), "wrong: " + ", ".join(why))
+    both = ~bad & good
+    scale = np.max(np.abs(ref[~bad]), initial=0.0)
+    diff = np.max(np.abs(result[both] - ref[both]), initial=0.0)
+    error = float(diff / scale) if scale > 0 else float(diff)
+    same = not extra and np.array_equal(result[bad], ref_kinds[bad], equal_nan=True)
+    return Verdict(error, "same" if same else "spread")
 
 
 def _strips(Ho: int) -> list:

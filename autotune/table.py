@@ -65,6 +65,13 @@ class Key:
         return f"{self.op}{prepared}: {self.params} | {self.layout} {self.device} threads={self.threads}{det}"
 
 
+#: the report's columns after the name: (header, width).
+COLUMNS = (("median ms", 11), ("runs", 6), ("spikes", 8), ("warm-up ms", 12), ("JIT ms", 10), ("error", 10),
+           ("workspace MiB", 15))
+#: Entry fields left out of its dict when empty.
+OPTIONAL = ("nonfinite", "jit")
+
+
 @dataclass
 class Entry:
     """One key's decision and the evidence for it.
@@ -72,8 +79,10 @@ class Entry:
     ``source``: "benchmark" (measured), "heuristic" (``rule`` names the rule that fired) or "patience" (a new
     shape of a layer past the patience limit: ``rule`` names the tuned shape whose choice it reuses).
     ``times``: name -> median seconds of its timed runs that were not spikes; ``runs``: how many timed runs;
-    ``samples``: the seconds of each timed run, in order, spikes included; ``warmup``: the first (untimed) run,
-    JIT compilation included; ``spikes``: runs recognised as spikes (slower than ``spike_ratio`` times the
+    ``samples``: the seconds of each timed run, in order, spikes included; ``warmup``: the untimed run before
+    the race (the first call, or a second one when the first was mostly JIT); ``jit``: seconds Numba spent
+    compiling, or loading from its cache, the kernels of the first call and the weight's preparation
+    (``jit.py``; in no other time); ``spikes``: runs recognised as spikes (slower than ``spike_ratio`` times the
     candidate's own fastest run, its warm-up included); ``errors``: normwise error against the float64
     reference (sampled); ``workspace``: bytes each candidate needs; ``skipped``: name -> why it was not timed,
     not eligible, or failed; ``abandoned``: name -> why its timing stopped early; ``tied``: the candidates
@@ -83,7 +92,9 @@ class Entry:
     own allocation costs the same for every algorithm and is not timed) or the runs wrote into the caller's
     buffer;
     ``prepare_seconds`` and ``prepare_bytes``: for a ``prepared`` key, what preparing each candidate's weight
-    took once (seconds, not in ``times``) and holds (bytes).
+    took once (seconds, not in ``times``) and holds (bytes); ``nonfinite``: name -> how its NaN and Inf
+    entries compared with the reference's ("same", "spread" or "wrong: ...", ``measure.judge``), for the
+    candidates whose result or reference had any.
     """
 
     key: Key
@@ -105,10 +116,15 @@ class Entry:
     tuning_seconds: float = 0.0
     prepare_seconds: dict = field(default_factory=dict)
     prepare_bytes: dict = field(default_factory=dict)
+    nonfinite: dict = field(default_factory=dict)
+    jit: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["key"] = self.key.to_dict()
+        for name in OPTIONAL:
+            if not d[name]:
+                del d[name]           # files without them stay as they were
         return d
 
     @classmethod
@@ -123,37 +139,60 @@ class Entry:
             return None
         return self.times[name] / self.times[self.algo]
 
+    def _times_lines(self) -> list:
+        """The candidates' columns, the name column as wide as the longest name (``winograd_fused_4x4 *``)."""
+        names = sorted(self.times, key=self.times.get)
+        marks = {n: " *" if n == self.algo else (" =" if n in self.tied else "") for n in names}
+        width = max([len("algorithm")] + [len(n + marks[n]) for n in names]) + 2
+        lines = [f"    {'algorithm':<{width}}" + "".join(f"{h:>{w}}" for h, w in COLUMNS)]
+        for name in names:
+            jit = f"{self.jit[name] * 1e3:.1f}" if name in self.jit else "-"
+            values = (f"{self.times[name] * 1e3:.3f}", str(self.runs.get(name, 0)), str(self.spikes.get(name, 0)),
+                      f"{self.warmup.get(name, 0) * 1e3:.1f}", jit, f"{self.errors.get(name, float('nan')):.1e}",
+                      f"{self.workspace.get(name, 0) / MiB:.1f}")
+            lines.append(f"    {name + marks[name]:<{width}}" + "".join(f"{v:>{w}}" for v, (_, w) in
+                                                                     zip(values, COLUMNS)))
+        return lines
+
     def report(self) -> str:
         lines = [str(self.key)]
         if self.source != "benchmark":
             lines.append(f"  {self.source} rule {self.rule!r}: {self.algo}")
         else:
             gains = [f"{s:.2f}x over {n}" for n in ("direct", "im2col") if (s := self.speedup_over(n))]
+            jit = f" (JIT {sum(self.jit.values()):.3f} s)" if self.jit else ""
             lines.append(f"  benchmark: {self.algo}" + (f" ({', '.join(gains)})" if gains else "")
-                         + f"; tuned in {self.tuning_seconds:.3f} s, ranked by rule {self.rule!r}")
+                         + f"; tuned in {self.tuning_seconds:.3f} s{jit}, ranked by rule {self.rule!r}")
             if len(self.tied) > 1:
                 lines.append(f"  a tie within the noise: {', '.join(self.tied)}; {self.algo} chosen by the "
                              f"tie-break (deterministic, then smaller workspace, smaller error, name)")
             output = ("each writing into one output kept for the race (the call allocates its own, untimed)"
                       if self.fresh_output else "each writing into the caller's out= buffer")
             lines.append(f"  times: medians of interleaved runs less spikes, {output}")
-            lines.append(f"    {'algorithm':<15}{'median ms':>11}{'runs':>6}{'spikes':>7}{'first call ms':>15}"
-                         f"{'error':>10}{'workspace MiB':>15}")
-            for name in sorted(self.times, key=self.times.get):
-                mark = " *" if name == self.algo else (" =" if name in self.tied else "")
-                lines.append(f"    {name + mark:<15}{self.times[name] * 1e3:>11.3f}{self.runs.get(name, 0):>6}"
-                             f"{self.spikes.get(name, 0):>7}{self.warmup.get(name, 0) * 1e3:>15.1f}"
-                             f"{self.errors.get(name, float('nan')):>10.1e}"
-                             f"{self.workspace.get(name, 0) / MiB:>15.1f}")
+            lines.append("  warm-up: the run before the race (a second one where JIT was most of the first); "
+                         "JIT: Numba compiling or loading the first call's kernels; neither is in the medians")
+            lines += self._times_lines()
+            lines += [f"    {n}: all {k} timed runs were spikes beside its warm-up ({self.warmup.get(n, 0) * 1e3:.1f} "
+                      f"ms), so its median is of all of them" for n, k in self.spikes.items() if k == self.runs.get(n)]
             if self.prepare_seconds:
                 lines.append("  prepared once per weight (not in the times): " + "; ".join(
                     f"{n} {self.prepare_seconds[n] * 1e3:.3f} ms, {self.prepare_bytes.get(n, 0) / MiB:.2f} MiB"
                     for n in self.prepare_seconds))
+            lines += _nonfinite_lines(self.nonfinite)
             for name, why in self.abandoned.items():
                 lines.append(f"    {name}: abandoned, {why}")
         for name, why in self.skipped.items():
             lines.append(f"    {name}: skipped, {why}")
         return "\n".join(lines)
+
+
+def _nonfinite_lines(nonfinite: dict) -> list:
+    """Where the operands held NaN or Inf: which candidates kept the reference's NaN/Inf entries, which spread
+    them further (accepted: ``measure.judge`` says why)."""
+    kinds = {"same": "at the reference's entries", "spread": "spread over their tile or image (accepted)"}
+    lines = [f"  NaN/Inf {kinds[k]}: {', '.join(n for n, v in nonfinite.items() if v == k)}"
+             for k in kinds if k in nonfinite.values()]
+    return lines
 
 
 class DispatchTable:

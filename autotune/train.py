@@ -102,10 +102,12 @@ def fit(model_name="lenet5", data_name="digits", *, epochs=10, batch_size=64, lr
             before = autotune.cache_info()
             bar = _bar(epoch, epochs, len(x_train)) if progress else None
             start = time.perf_counter()
-            loss, train_acc = train_epoch(model, opt, loss_fn, x_train, y_train, batch_size, rng, bar)
-            seconds = time.perf_counter() - start
-            if bar is not None:
-                bar.close()
+            try:
+                loss, train_acc = train_epoch(model, opt, loss_fn, x_train, y_train, batch_size, rng, bar)
+                seconds = time.perf_counter() - start
+            finally:                                  # Ctrl-C too: the bar leaves no half line behind
+                if bar is not None:
+                    bar.close()
             tuned = autotune.cache_info()
             test_acc = accuracy(model, x_test, y_test, batch_size)
             after = autotune.cache_info()
@@ -153,5 +155,8 @@ def result_line(result: dict) -> str:
 
 
 def _bar(epoch, epochs, n):
+    """The epoch's bar; the first epoch's tunes, so it gives no time-left estimate (``profile.NO_ESTIMATE``)."""
     from tqdm import tqdm
-    return tqdm(total=n, desc=f"epoch {epoch}/{epochs}", unit="img", file=sys.stderr, leave=False)
+    from .profile.layers import NO_ESTIMATE
+    return tqdm(total=n, desc=f"epoch {epoch}/{epochs}", unit="img", file=sys.stderr, leave=False,
+                bar_format=NO_ESTIMATE if epoch == 1 else None)

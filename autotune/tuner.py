@@ -54,15 +54,12 @@ def _arrays(*values, names, activation=True):
 @dataclass(frozen=True)
 class Call:
     """What one call signature resolves to, validated once and kept in the memo: the device that owns its
-    arrays, the layer, and its key in the table."""
+    arrays, the layer, its key in the table and the shape of its result."""
 
     device: object
     params: ConvParams
     key: Key
-
-    @property
-    def result_shape(self) -> tuple:
-        return self.params.result_shape(self.key.op)
+    result_shape: tuple
 
 
 class Tuner:
@@ -186,7 +183,7 @@ class Tuner:
             p = validate()
             device = device_of(a, self.devices)
             call = Call(device, p, Key(p, device.layout(a), device.name, self.deterministic, device.threads(), op,
-                                       prepared))
+                                       prepared), p.result_shape(op))
             if memo is not None:
                 self._memo[memo] = call
         return call

@@ -14,9 +14,12 @@
    large fresh output is not even the same cost twice: measured on the articles' layer (a 67 MB output), the
    first calls paid 25-125 ms in page faults against 11 ms once the kernel had memory at hand, which got
    whichever candidate ran first abandoned.
-2. Each candidate runs once on the real operands as a warm-up (JIT compilation included, reported apart) and
-   its result is checked against the float64 reference (``measure.ReferenceCheck``); one outside its
-   tolerance is rejected, and one that raises anything at all is skipped with the error recorded.
+2. Each candidate runs once on the real operands as a warm-up and its result is checked against the float64
+   reference (``measure.ReferenceCheck``); one outside its tolerance is rejected, and one that raises
+   anything at all is skipped with the error recorded. Numba's compiling or loading of its kernels in that
+   first call (and its weight's preparation) is measured apart (``jit.py``, ``Entry.jit``); when it was most
+   of the call, the candidate warms up again (and prepares again) and the race and the table use that second
+   warm-up, so compilation is in no number the race compares (on a first run, 4-16 s of a first call).
 3. The race: timed rounds, interleaved. No candidate is judged on one run. A run slower than ``spike_ratio``
    times the candidate's fastest run (its warm-up included) is a spike: another process took the core. It
    does not enter the candidate's median (``measure.without_spikes``), nor count as evidence; the warm-up
@@ -36,8 +39,11 @@
 """
 from __future__ import annotations
 
+import numpy as np
+
 from convalgos import UnsupportedError
 
+from .jit import jit_time
 from .measure import ReferenceCheck, choose, median, noise, rotate, without_spikes
 from .table import Entry, Key, MiB
 
@@ -88,6 +94,7 @@ def reused_entry(tuner, key: Key, registry: dict, kind: str, nearest: Entry | No
                  workspace=workspace, skipped=skipped, ranked=reusable + [n for n in ranked if n not in reusable])
 
 
+@np.errstate(invalid="ignore", over="ignore")     # NaN/Inf operands: NumPy's warnings would name the candidates'
 def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     """Measure the candidates on the real operands and choose (steps 1-5 of the module docstring)."""
     start = timer.now()
@@ -107,19 +114,31 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
 
         result = []
         try:
-            if key.prepared and algorithm.prepares(op):
-                entry.prepare_seconds[name] = timer.time(lambda: form.append(algorithm.prepare(b, p, op)))
-                entry.prepare_bytes[name] = form[0].nbytes
-            entry.warmup[name] = timer.time(lambda: result.append(call()))
+            with jit_time(timer.now) as jit:
+                if key.prepared and algorithm.prepares(op):
+                    entry.prepare_seconds[name] = timer.time(lambda: form.append(algorithm.prepare(b, p, op)))
+                    entry.prepare_bytes[name] = form[0].nbytes
+                entry.warmup[name] = timer.time(lambda: result.append(call()))
+            if device.last_workspace is not None:
+                workspace[name] = device.last_workspace
+            if jit.seconds:
+                entry.jit[name] = jit.seconds
+            if jit.seconds > 0.5 * (entry.warmup[name] + entry.prepare_seconds.get(name, 0.0)):
+                if name in entry.prepare_seconds:        # mostly JIT: warm up again, compiled (step 2)
+                    entry.prepare_seconds[name] = timer.time(lambda: algorithm.prepare(b, p, op))
+                entry.warmup[name] = timer.time(call)
         except Exception as e:  # noqa: BLE001 - whatever a candidate raises skips it, never the user's call
             skipped[name] = f"failed: {type(e).__name__}: {e}"
             device.release(algorithm)
             continue
-        if device.last_workspace is not None:
-            workspace[name] = device.last_workspace
-        entry.errors[name] = checker.error(device.host(result[0]))
+        verdict = checker.judge(device.host(result[0]))
+        entry.errors[name] = verdict.error
+        if verdict.nonfinite:
+            entry.nonfinite[name] = verdict.nonfinite
         tolerance = algorithm.tolerance_of(op, p.dtype)
-        if not entry.errors[name] <= tolerance:
+        if verdict.nonfinite.startswith("wrong"):
+            skipped[name] = f"rejected: NaN/Inf {verdict.nonfinite}"
+        elif not entry.errors[name] <= tolerance:
             skipped[name] = (f"rejected: normwise error {entry.errors[name]:.1e} exceeds its {p.dtype} "
                              f"tolerance {tolerance:.0e}")
         else:
@@ -128,7 +147,7 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     race.run()
     skipped.update(race.failed)
     if not race.samples:
-        raise RuntimeError(f"every candidate for {key} was rejected or failed: {skipped}")
+        raise RuntimeError(no_candidate_left(key, skipped, ranked))
     clean = race.clean_samples()
     entry.times = {n: median(s) for n, s in clean.items()}
     entry.runs = {n: len(s) for n, s in race.samples.items()}
@@ -140,6 +159,19 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     entry.ranked = [entry.algo] + sorted((n for n in entry.times if n != entry.algo), key=entry.times.get)
     entry.tuning_seconds = timer.now() - start
     return entry
+
+
+def no_candidate_left(key: Key, skipped: dict, ranked: list, width: int = 90) -> str:
+    """Why no candidate that was tried is left, in a few short lines: each tried candidate's reason (cut at
+    ``width`` characters), and a count of the others (not eligible, pruned or over a limit)."""
+    lines = [f"every candidate for {key} was rejected or failed:"]
+    for name in ranked:
+        why = skipped.get(name, "")
+        lines.append(f"  {name}: {why if len(why) <= width else why[:width - 3] + '...'}")
+    others = len(skipped) - len(ranked)
+    if others:
+        lines.append(f"  ({others} other algorithm(s) not tried: unsupported, pruned or over a limit)")
+    return "\n".join(lines)
 
 
 def _limit_and_prune(tuner, ranked: list, rule: str, key: Key, skipped: dict, kind: str) -> list:

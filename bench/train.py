@@ -153,15 +153,14 @@ def single_modes(entries) -> tuple[dict, dict]:
 
 def cold_tuning(tuner, step) -> dict:
     """The first step through a fresh benchmark-mode ``tuner`` (every pass of every conv tuned): its wall
-    seconds, the tuning seconds per pass, and the seconds by which first calls exceeded 10x their median
-    (compilation the JIT warm-up missed)."""
+    seconds, the tuning seconds per pass, and the seconds Numba spent compiling or loading kernels in it
+    (``Entry.jit``: compilation the JIT warm-up missed)."""
     timer = measure.Timer()
     start = timer.now()
     step()
     wall = timer.now() - start
     passes = tuner.cache_info().passes
-    late = sum(e.warmup[n] - e.times[n] for e in tuner.dispatch_table() for n in e.times
-               if e.warmup.get(n, 0.0) > 10 * e.times[n] + 0.05)
+    late = sum(sum(e.jit.values()) for e in tuner.dispatch_table())
     return {"wall": wall, "passes": {op: passes[op].tuning_seconds for op in PASSES}, "late_compile": late}
 
 

@@ -138,7 +138,7 @@ def report(results, args, rounds, compile_s) -> str:
         c = r["cold"]
         lines.append(f"- {label}: first step {c['wall']:.1f} s; tuning " + ", ".join(
             f"{op} {s:.1f} s" for op, s in c["passes"].items()) + f" (sum {sum(c['passes'].values()):.1f} s); "
-            f"first calls over 10x their median (compilation the warm-up missed): {c['late_compile']:.1f} s. "
+            f"Numba compiling or loading kernels in it (compilation the warm-up missed): {c['late_compile']:.1f} s. "
             f"Not forced (keys of the step unsupported): "
             + (", ".join(f"{n} ({k})" for n, k in r["unsupported"].items()) or "none") + ".")
     for label, (_, r) in results.items():

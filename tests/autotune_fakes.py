@@ -9,6 +9,7 @@ import threading
 import time
 
 import numpy as np
+from numba.core import event
 
 from convalgos import PASSES, Algorithm, reference
 from convalgos.registry import SUPPORTED, unsupported
@@ -36,17 +37,18 @@ class Fake(Algorithm):
     """Costs ``cost`` seconds of fake time per call (a list: one cost per call, the last repeating).
 
     ``pass_cost``: pass -> cost, where a pass costs otherwise. ``raises``: an exception instance raised from
-    call number ``raise_from`` on (0: the first)."""
+    call number ``raise_from`` on (0: the first). ``jit``: seconds the first call spends inside Numba's
+    compiler lock (the event ``autotune.jit`` listens to), on top of its cost."""
 
     def __init__(self, name, clock, cost, *, deterministic=True, workspace=0, wrong=None, only_3x3=False,
-                 sleep=0.0, raises=None, raise_from=0, flops=None, pass_cost=None):
+                 sleep=0.0, raises=None, raise_from=0, flops=None, pass_cost=None, jit=0.0):
         super().__init__()
         self.name, self.clock, self.costs = name, clock, list(cost) if isinstance(cost, (list, tuple)) else [cost]
         self.deterministic, self.ws, self.wrong, self.only_3x3, self.sleep = (deterministic, workspace, wrong,
                                                                               only_3x3, sleep)
         self.raises, self.raise_from, self.flop_count = raises, raise_from, flops
         self.pass_costs = {op: list(c) if isinstance(c, (list, tuple)) else [c] for op, c in (pass_cost or {}).items()}
-        self.calls, self.outputs = 0, []
+        self.calls, self.outputs, self.jit = 0, [], jit
 
     def constraints(self, p, op):
         if self.only_3x3 and (p.R, p.S) != (3, 3):
@@ -64,6 +66,9 @@ class Fake(Algorithm):
         self.outputs.append(out)
         if self.raises is not None and self.calls > self.raise_from:
             raise self.raises
+        if self.jit and self.calls == 1:
+            with event.trigger_event("numba:compiler_lock"):
+                self.clock.advance(self.jit)
         out[...] = reference.PASS[op](a, b, p)
         if self.wrong == "everywhere":
             out *= 1.01

@@ -44,6 +44,7 @@ def test_cli_end_to_end_with_a_cold_then_warm_cache(tmp_path, model, batch):
     first = run_cli(*common, "--json", str(cold))
     assert first.returncode == 0, first.stderr
     assert "forward pass, autotuned" in first.stdout and "best single algorithm" in first.stdout
+    assert first.stdout.count("dispatch table") == 1                      # its header, once
     assert cpu_model() in first.stdout.splitlines()[0]                  # the header names the real device
     doc = json.loads(cold.read_text())
     assert len(doc["entries"]) == DISTINCT_CONVS[model]

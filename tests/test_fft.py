@@ -10,9 +10,8 @@ from hypothesis import HealthCheck, given, settings
 import convalgos
 from convalgos import ALGORITHMS, PASSES, ConvParams, reference
 from convalgos.fft import whole as fft
-from convalgos.fft.plan import (next_fast_len, phase_extent, plan_flops, plan_workspace_bytes, tile_plan,
-                                whole_image_plan)
-from convalgos.fft.tiled import TILE_SIZES, cheapest_tile_plan
+from convalgos.fft.plan import (TILE_SIZES, cheapest_tile_plan, next_fast_len, phase_extent, plan_flops,
+                                plan_workspace_bytes, tile_plan, whole_image_plan)
 from convalgos.reference import normwise_error
 from layers import conv_kwargs, layers, make_arrays, params_of
 

@@ -3,8 +3,8 @@ matches the py:percent source it is built from (notebooks/_build/, ``python note
 
 Each runs from a temporary copy, so the committed outputs are not rewritten; the working directory is the
 notebooks/ folder. Skipped cleanly when the notebook tools (the ``notebooks`` extra) are not installed, and a
-notebook that needs a package that is missing (06 trains on scikit-learn's digits, 08 runs the property tests
-of ``convalgos.testing`` on hypothesis) is skipped too.
+notebook that needs a package that is missing (06 and 07 train on scikit-learn's digits, 07 a torch model, 08
+runs the property tests of ``convalgos.testing`` on hypothesis) is skipped too.
 """
 import importlib.util
 import pathlib
@@ -19,8 +19,8 @@ pytest.importorskip("matplotlib")
 FOLDER = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(FOLDER.glob("*.ipynb"))
 CELL_TIMEOUT_S = 300
-#: notebook -> the module it needs beyond the notebook tools
-NEEDS = {"06_training": "sklearn", "08_your_own_algorithm": "hypothesis"}
+#: notebook -> the modules it needs beyond the notebook tools
+NEEDS = {"06_training": ("sklearn",), "07_torch_model": ("torch", "sklearn"), "08_your_own_algorithm": ("hypothesis",)}
 
 
 def _builder():
@@ -33,7 +33,8 @@ def _builder():
 def test_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == ["01_algorithms.ipynb", "02_benchmark_mode.ipynb",
                                            "03_shapes_not_values.ipynb", "04_changing_shapes.ipynb",
-                                           "05_determinism.ipynb", "06_training.ipynb", "08_your_own_algorithm.ipynb"]
+                                           "05_determinism.ipynb", "06_training.ipynb", "07_torch_model.ipynb",
+                                           "08_your_own_algorithm.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
@@ -45,8 +46,8 @@ def test_notebook_matches_its_source(path):
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_executes(path, tmp_path, monkeypatch):
-    if path.stem in NEEDS:
-        pytest.importorskip(NEEDS[path.stem])
+    for module in NEEDS.get(path.stem, ()):
+        pytest.importorskip(module)
     copy = tmp_path / path.name
     shutil.copy(path, copy)
     monkeypatch.delenv("AUTOTUNE_CACHE", raising=False)    # a user's cache must not change what runs

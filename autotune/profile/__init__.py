@@ -17,11 +17,13 @@ Two files: ``layers`` (what the layers are and chose) and ``passes`` (timing pas
 may claim); everything is imported here, so ``autotune.profile.<name>`` is the one way to reach it.
 """
 from .layers import (ConvProfile, accepted_sizes, conv_calls, device_description, first_pass, forced_passes,
-                     forward_entries, gpu_problem, layer_lines, spans, torch_conv2d, unsupported_layers)
+                     forward_entries, gpu_problem, grouped_reasons, layer_lines, spans, torch_conv2d,
+                     unsupported_layers)
 from .passes import (Abandoned, as_conv, compare, jit_warmup, layer_workload, model_workload, summary,
                      time_layers, time_passes)
 
 __all__ = ["ConvProfile", "accepted_sizes", "conv_calls", "device_description", "first_pass", "forced_passes",
-           "forward_entries", "gpu_problem", "layer_lines", "spans", "torch_conv2d", "unsupported_layers",
+           "forward_entries", "gpu_problem", "grouped_reasons", "layer_lines", "spans", "torch_conv2d",
+           "unsupported_layers",
            "Abandoned", "as_conv", "compare", "jit_warmup", "layer_workload", "model_workload", "summary",
            "time_layers", "time_passes"]

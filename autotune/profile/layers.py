@@ -93,10 +93,17 @@ def spans(values: list[int]) -> str:
     return ", ".join(parts)
 
 
+#: tqdm's bar without its time-left estimate, for passes that tune: their first calls compile for seconds and
+#: later ones hit the table in milliseconds, so a rate-based estimate is meaningless (ResNet-18's first run
+#: showed 7 minutes left for a pass that ended at 53 s).
+NO_ESTIMATE = "{l_bar}{bar}| {n_fmt}/{total_fmt} [{elapsed}{postfix}]"
+
+
 def first_pass(model, x, desc="tuning") -> tuple[ConvProfile, float]:
     """One forward pass (it tunes every new key) with a progress bar per conv call on stderr."""
     from tqdm import tqdm
-    with tqdm(total=len(nn.conv_layers(model)), desc=desc, unit="conv", file=sys.stderr, leave=False) as bar:
+    with tqdm(total=len(nn.conv_layers(model)), desc=desc, unit="conv", file=sys.stderr, leave=False,
+              bar_format=NO_ESTIMATE) as bar:
         with ConvProfile(model, bar=bar) as prof:
             start = prof.timer.now()
             model(x)
@@ -117,6 +124,27 @@ def forward_entries(layers, table=None, device="cpu") -> dict:
 def unsupported_layers(algorithm, layers) -> list[str]:
     """Why ``algorithm`` cannot run each of ``layers`` it does not support (forward pass)."""
     return [algorithm.supports(p).reason for p in layers if not algorithm.supports(p)]
+
+
+def grouped_reasons(name: str, reasons: list, shown: int = 2) -> str:
+    """``unsupported_layers``' reasons grouped by what ``name`` needs, each with what the layers had instead (at
+    most ``shown`` distinct) and, when the needs differ, their counts of layers: "needs a 3x3 kernel (4 layers:
+    got 7x7 or 1x1); needs stride 1 (3 layers: got (2, 2))". One layer's reason never stands for the others'."""
+    groups = {}
+    for reason in reasons:
+        reason = reason[len(name) + 1:] if reason.startswith(name + " ") else reason
+        need, _, got = reason.partition(", got ")
+        groups.setdefault(need, []).append(got)
+    parts = []
+    for need, gots in groups.items():
+        distinct = list(dict.fromkeys(g for g in gots if g))
+        had = " or ".join(distinct[:shown]) + (f" or {len(distinct) - shown} other(s)" if len(distinct) > shown else "")
+        if len(groups) == 1:
+            parts.append(need + (f", got {had}" if had else ""))
+        else:
+            count = f"{len(gots)} layer{'s' if len(gots) > 1 else ''}"
+            parts.append(f"{need} ({count}" + (f": got {had})" if had else ")"))
+    return "; ".join(parts)
 
 
 def forced_passes(registry, layers) -> tuple[dict, dict]:
@@ -170,11 +198,15 @@ def device_description(device: str) -> str:
 
 def layer_lines(calls, entries) -> list[str]:
     """One line per conv call: layer, shape, the chosen algorithm, its time and how it was chosen."""
-    lines = [f"{'layer':<28} {'shape':<52} {'chosen':<14} {'ms':>8}  source"]
+    widths = [max([len(h)] + [len(v) for v in values]) for h, values in (
+        ("layer", [name for name, _ in calls]), ("shape", [str(p) for _, p in calls]),
+        ("chosen", [entries[p].algo for _, p in calls if p in entries]))]
+    lines = [" ".join(f"{h:<{w}}" for h, w in zip(("layer", "shape", "chosen"), widths)) + f" {'ms':>8}  source"]
     for name, p in calls:
         e = entries.get(p)
         ms = f"{e.times[e.algo] * 1e3:8.3f}" if e is not None and e.algo in e.times else f"{'-':>8}"
-        lines.append(f"{name:<28} {str(p):<52} {e.algo if e else '?':<14} {ms}  {e.source if e else ''}")
+        cells = (name, str(p), e.algo if e else "?")
+        lines.append(" ".join(f"{c:<{w}}" for c, w in zip(cells, widths)) + f" {ms}  {e.source if e else ''}")
     return lines
 
 

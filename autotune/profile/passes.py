@@ -13,7 +13,7 @@ from convalgos import ConvParams
 import autotune
 
 from .. import measure, nn
-from .layers import ConvProfile
+from .layers import ConvProfile, grouped_reasons
 
 
 # ---- timing whole passes ----------------------------------------------------------------------------------
@@ -138,23 +138,33 @@ def compare(times: dict, choices: list, singles) -> dict:
     return out
 
 
-def summary(times, na, abandoned, tuning_s, counts, choices, what="forward pass", registry=None):
-    """The report's closing lines and the JSON totals. ``counts``: new keys by source, "reused" the others."""
+def summary(times, na, abandoned, tuning_s, counts, choices, what="forward pass", registry=None, jit_s=0.0):
+    """The report's closing lines and the JSON totals. ``counts``: new keys by source, "reused" the others;
+    ``jit_s``: seconds of the first pass that Numba spent compiling or loading kernels (``Entry.jit``)."""
     registry = convalgos.ALGORITHMS if registry is None else registry
     auto, fresh = times["autotuned"], {k: v for k, v in counts.items() if k != "reused"}
     done = ", ".join(f"{n} key(s) {'tuned (timed)' if s == 'benchmark' else f'chosen by the {s}'}"
                      for s, n in fresh.items()) or "nothing new to choose"
-    lines = [f"first pass: {tuning_s:.2f} s, {done}, {counts.get('reused', 0)} from the table or cache",
+    jit = f" (of which JIT {jit_s:.2f} s: Numba compiling or loading kernels)" if jit_s else ""
+    lines = [f"first pass: {tuning_s:.2f} s{jit}, {done}, {counts.get('reused', 0)} from the table or cache",
              f"{what}, autotuned: {auto * 1e3:.2f} ms"]
     singles = {n: times[n] for n in registry if n in times}
+    width = max(len(f"forced {n}") for n in list(registry) + ["torch"])
     for name in registry:
+        label = f"forced {name}"
         if name in singles:
-            lines.append(f"  forced {name:<14} {singles[name] * 1e3:10.2f} ms  ({singles[name] / auto:.2f}x autotuned)")
+            lines.append(f"  {label:<{width}} {singles[name] * 1e3:10.2f} ms  ({singles[name] / auto:.2f}x autotuned)")
         elif name in abandoned:
-            lines.append(f"  forced {name:<14}     > {3 * auto * 1e3:.0f} ms  ({abandoned[name]})")
+            lines.append(f"  {label:<{width}}     > {3 * auto * 1e3:.0f} ms  ({abandoned[name]})")
         else:
-            lines.append(f"  forced {name:<14}        n/a  (unsupported on {len(na[name])} layer(s): {na[name][0]})")
-    totals = {"tuning_seconds": tuning_s, "keys_tuned": fresh.get("benchmark", 0),
+            lines.append(f"  {label:<{width}}        n/a  (unsupported on {len(na[name])} layer(s): "
+                         f"{grouped_reasons(name, na[name])})")
+    if "torch" in abandoned:
+        lines.append(f"  {'torch conv2d':<{width}}  ({abandoned['torch']})")
+    if "torch" in times:
+        lines.append(f"  {'torch conv2d':<{width}} {times['torch'] * 1e3:10.2f} ms  ({times['torch'] / auto:.2f}x "
+                     f"autotuned)")
+    totals = {"tuning_seconds": tuning_s, "jit_seconds": jit_s, "keys_tuned": fresh.get("benchmark", 0),
               "keys_by_source": fresh, "keys_reused": counts.get("reused", 0), "autotuned_seconds": auto,
               "forced_seconds": singles, "unsupported_layers": {n: len(v) for n, v in na.items()},
               "abandoned": abandoned}
@@ -167,10 +177,7 @@ def summary(times, na, abandoned, tuning_s, counts, choices, what="forward pass"
         totals["speedup_over_best_single"] = best["ratio"]
     if best:
         totals.update(best_single=best["best_single"], same_choice=best["same_choice"])
-    if "torch" in abandoned:
-        lines.append(f"  torch conv2d: {abandoned['torch']}")
     if "torch" in times:
-        lines.append(f"  torch conv2d           {times['torch'] * 1e3:10.2f} ms")
         lines.append(f"speedup over torch's conv2d: {times['torch'] / auto:.2f}x")
         totals.update(torch_seconds=times["torch"], speedup_over_torch=times["torch"] / auto)
     return lines, totals

@@ -4,6 +4,9 @@ their Numba kernels in ``kernels.py``).
 - ``phase_map``: where each dx pixel sits among backward_data's phase-image tiles (for ``scatter_phases``);
 - ``lags_of``: backward_filter's inverse DFT, evaluated only at the Rq x Sq lags (a pruned inverse by two
   complex GEMMs); ``pick_lags``: the R x S taps of each phase channel out of them.
+
+Both twins run ``lags_of`` and ``pick_lags``: NumPy arrays on the CPU, CuPy arrays on the GPU (the array module
+of the summed spectrum; the DFT matrices and index maps are made on the host and copied).
 """
 from __future__ import annotations
 
@@ -11,6 +14,7 @@ from functools import lru_cache
 
 import numpy as np
 
+from ..arrays import array_module
 from ..params import ConvParams
 from .plan import TilePlan
 
@@ -48,12 +52,13 @@ def lags_of(summed: np.ndarray, p: ConvParams, t: TilePlan, workspace) -> np.nda
     """(Rq, Sq, K, Csg) real lags of the (F, G, Kg, Csg) summed spectrum: two complex GEMMs, Rq x Th over the
     row bins, then Sq x Fw over the column bins of each lag row, instead of inverse FFTs of K*Csg whole planes
     for Rq*Sq values each."""
-    rows, cols = lag_dft_matrices(t, p.compute_dtype)
+    xp = array_module(summed)
+    rows, cols = (xp.asarray(m) for m in lag_dft_matrices(t, p.compute_dtype))
     Fw, KC = t.Tw // 2 + 1, p.K * p.Cg * t.sh * t.sw
-    lag_rows = workspace.get("fft.lag_rows", (t.Rq, Fw, KC), summed.dtype)
-    np.matmul(rows, summed.reshape(t.Th, Fw * KC), out=lag_rows.reshape(t.Rq, Fw * KC))
-    lags = workspace.get("fft.lags", (t.Rq, t.Sq, KC), summed.dtype)
-    np.matmul(cols, lag_rows, out=lags)
+    lag_rows = workspace.get("fft.lag_rows", (t.Rq, Fw, KC), summed.dtype, xp=xp)
+    xp.matmul(rows, summed.reshape(t.Th, Fw * KC), out=lag_rows.reshape(t.Rq, Fw * KC))
+    lags = workspace.get("fft.lags", (t.Rq, t.Sq, KC), summed.dtype, xp=xp)
+    xp.matmul(cols, lag_rows, out=lags)
     return lags.real.reshape(t.Rq, t.Sq, p.K, -1)
 
 
@@ -61,7 +66,8 @@ def pick_lags(lags: np.ndarray, p: ConvParams, t: TilePlan, out: np.ndarray) -> 
     """out[k, c, r, s] = lags[r*dh // sh, s*dw // sw, k, (c, r*dh % sh, s*dw % sw)]: tap (r, s) is the lag of
     its phase channel. One strided copy per tap: for a tap, the phase channels of every c are every (sh*sw)-th
     column of a lag, a view, so no index array (a fancy index over all K*Cg*R*S taps made numpy buffer each
-    of its four broadcast index arrays, five times the gradient's size) is made."""
+    of its four broadcast index arrays, five times the gradient's size) is made; the same views serve CuPy
+    arrays."""
     (dh, dw), (sh, sw) = p.dilation, (t.sh, t.sw)
     for r in range(p.R):
         for s in range(p.S):

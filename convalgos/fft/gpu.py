@@ -1,156 +1,151 @@
-"""GPU FFT convolution: cuFFT through ``xp.fft``, channel mixing as one batched GEMM, Numba-CUDA tiling.
+"""GPU FFT convolution, all three passes: the CPU twin's plans and maths (``whole.py``), with cuFFT and cuBLAS
+through CuPy and the tile gathers and scatters as Numba-CUDA kernels (``gpu_kernels.py``).
 
-Correlation is a product of spectra. Pad the image (top/left/bottom/right) to Hp x Wp and place the dilated
-kernel (extent Re x Se) at the origin of a T x T' array; then for every output pixel that does not wrap,
+Every pass runs on the polyphase ``TilePlan`` of ``plan.py``, shared with the CPU: a stride (sh, sw) splits the
+input into sh*sw phase images (Cs = C*sh*sw phase channels) convolved at stride 1 with Rq x Sq phase kernels, so
+only the outputs that are kept get computed; ``fft`` takes one tile per image (fast length >= Ho + Rq - 1),
+``fft_tiled`` (``gpu_tiled.py``) the overlap-save tiles of least FLOPs. Per batch chunk, with the tiles laid
+out (Th, Tw, channels, P), P = N * tiles, so that ``xp.fft.rfftn`` over the two leading axes (one cuFFT plan
+with the batch along the trailing axes) gives the GEMM layout (F, G, channels per group, P) directly:
 
-    ydense[n, k] = irfft2( sum_c  rfft2(xpad[n, g*Cg + c]) * conj(rfft2(wdil[k, c])) ),
+    forward          gather x's tiles; Y = W X per bin (F, G, Kg, Csg) @ (F, G, Csg, P); irfftn; scatter into y
+    backward_data    gather dy's tiles shifted down by Rq - 1, Sq - 1; DX = conj(W) DY per bin
+                     (F, G, Csg, Kg) @ (F, G, Kg, P); irfftn; scatter the phase images into dx (zeros where no
+                     output reads)
+    backward_filter  gather x's tiles and dy's tiles reversed; S += DY X^T per bin (F, G, Kg, P) @ (F, G, P, Csg),
+                     summed over chunks; the inverse DFT at the Rq x Sq lags only (two complex GEMMs); pick taps
 
-and y[n, k, i, j] = ydense[n, k, i*sh, j*sw] (stride by subsampling the dense, stride-1 result).
+The kernel spectrum (forward, backward_data) is the CPU's pruned 2-D DFT by real GEMMs and the lags the CPU's
+pruned inverse (``spectra.py``, ``backward.py``, which take either array module).
 
-This module does the work over a *tile plan*: the padded image is cut into nth x ntw overlapping tiles of
-Th x Tw input pixels, each giving mh x mw = (Th - Re + 1) x (Tw - Se + 1) dense outputs (overlap-save).
-``fft`` uses one tile per image, Th x Tw the smallest 2^a 3^b 5^c 7^d lengths covering the padded image
-(``plan.next_fast_len``);
-``fft_tiled`` (its own module) uses small fixed tiles. Steps:
-1. a Numba-CUDA kernel gathers the tiles straight from x (zero outside: the padding is never stored);
-2. rfft2 of the tiles and of the dilated kernel (cuFFT);
-3. per frequency, a batched complex GEMM mixes channels: (G, Kg, Cg) @ (G, Cg, N*tiles);
-4. irfft2, and a Numba-CUDA kernel scatters each tile's valid outputs, subsampled by the stride, into y.
+FLOPs, workspace and chunks: ``plan.plan_flops``; ``plan.plan_workspace_bytes(..., device="cuda")``, the CPU's
+arrays plus the two copies CuPy makes (the input of each complex-to-real FFT, which cuFFT overwrites; the
+transposed operand of backward_filter's GEMM), not counting cuFFT's plan work area (CuPy's plan cache keeps it);
+chunks of the batch fit min(CHUNK_WORKSPACE, the GPU's workspace cap). Constraints: ``shared.plan_constraints``,
+the CPU's. Deterministic: no atomics; each element is written by one thread, and the same cuFFT plans and cuBLAS
+GEMMs run in the same order on every call.
 
-FLOPs (counted as done): 2.5*Th*Tw*log2(Th*Tw) per real 2-D FFT, for N*C*tiles input tiles, K*Cg kernels
-and N*K*tiles output tiles, plus 8 per complex multiply-add of the mixing GEMM: 8*F*N*tiles*K*Cg, with
-F = Th*(Tw//2 + 1). Workspace: the tiles, their spectrum (and its transposed copy), the kernel spectrum (and
-its copy), the product (and its copy) and the output tiles. Constraints: the workspace must fit the GPU's
-workspace cap (``convalgos.workspace_cap("cuda")``, from the device's free memory). Strides are computed
-densely then subsampled (unlike the CPU's polyphase split).
+Why polyphase rather than the dense stride-1 result subsampled (this module's former plan): at stride 1 the two
+are the same transforms; at stride s the dense plan transforms s^2 times more output pixels, with a kernel of the
+full dilated extent. Forward at batch 32, GFLOP / MiB of workspace (whole batch; each plan's own formulas):
+ResNet's 7x7 s2 conv1 2.8 / 471 against 6.8 / 1548 (``fft``), AlexNet's 11x11 s4 conv1 2.0 / 219 against
+6.8 / 1548, 64->128 3x3 s2 56x56 4.6 / 351 against 5.4 / 604; the loss is a 1x1 s2 layer (three of its four
+phase kernels are zero): 4.4 / 346 against 4.7 / 527 whole, 5.0 / 392 against 4.4 / 264 tiled, where direct
+needs 0.4 GFLOP. And the twins' constraints, FLOPs and tile choices become one definition.
 """
 from __future__ import annotations
 
-import functools
-import math
-
-from numba import cuda
+import numpy as np
 
 from ..arrays import array_module
 from ..gpu_base import GPUAlgorithm, launch, launch_1d
+from ..memory import workspace_cap
 from ..params import ConvParams
-from .plan import TilePlan, next_fast_len
-from .shared import TOLERANCE
-
-#: the odd factors of the lengths cuFFT transforms fastest (with powers of two).
-CUFFT_ODD_FACTORS = (3, 5, 7)
-
-
-def dense_geometry(p: ConvParams) -> tuple[tuple[int, int], tuple[int, int]]:
-    """((Hp, Wp), (Re, Se)): the padded image and the dilated kernel extent."""
-    return p.padded_hw, p.kernel_extent
-
-
-def dense_plan(Re: int, Se: int, Th: int, Tw: int, mh: int, mw: int, nth: int, ntw: int) -> TilePlan:
-    """A plan of the dense stride-1 result (the GPU subsamples it by the stride): the CPU's ``TilePlan`` with
-    one phase, the whole dilated kernel (Re x Se) as its phase kernel."""
-    return TilePlan(1, 1, Re, Se, Th, Tw, mh, mw, nth, ntw)
-
-
-def whole_image_plan(p: ConvParams) -> TilePlan:
-    (Hp, Wp), (Re, Se) = dense_geometry(p)
-    Th, Tw = next_fast_len(Hp, CUFFT_ODD_FACTORS), next_fast_len(Wp, CUFFT_ODD_FACTORS)
-    return dense_plan(Re, Se, Th, Tw, Th - Re + 1, Tw - Se + 1, 1, 1)
-
-
-def plan_flops(p: ConvParams, t: TilePlan) -> int:
-    fft = 2.5 * t.Th * t.Tw * math.log2(t.Th * t.Tw)
-    transforms = fft * (p.N * p.C * t.tiles + p.K * p.Cg + p.N * p.K * t.tiles)
-    mixing = 8 * t.freqs * p.N * t.tiles * p.K * p.Cg
-    return int(transforms + mixing)
-
-
-def plan_workspace_bytes(p: ConvParams, t: TilePlan) -> int:
-    real, cplx = p.itemsize, 2 * p.itemsize
-    P = p.N * t.tiles
-    elements_real = (p.C * P + p.K * p.Cg + p.K * P) * t.Th * t.Tw
-    elements_cplx = 2 * (p.C * P + p.K * p.Cg + p.K * P) * t.freqs
-    return elements_real * real + elements_cplx * cplx
-
-
-@functools.lru_cache(maxsize=None)
-def gather_tiles_kernel():
-    """tiles[n, c, ti, tj, u, v] = x[n, c, ti*mh + u - top, tj*mw + v - left] (0 outside)."""
-
-    @cuda.jit
-    def kernel(x, tiles, top, left, mh, mw):
-        N, C, H, W = x.shape[0], x.shape[1], x.shape[2], x.shape[3]
-        nth, ntw, Th, Tw = tiles.shape[2], tiles.shape[3], tiles.shape[4], tiles.shape[5]
-        total = N * C * nth * ntw * Th * Tw
-        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-            v = e % Tw
-            u = (e // Tw) % Th
-            tj = (e // (Tw * Th)) % ntw
-            ti = (e // (Tw * Th * ntw)) % nth
-            nc = e // (Tw * Th * ntw * nth)
-            n, c = nc // C, nc % C
-            yy, xx = ti * mh + u - top, tj * mw + v - left
-            inside = 0 <= yy < H and 0 <= xx < W
-            tiles[n, c, ti, tj, u, v] = x[n, c, yy, xx] if inside else 0
-
-    return kernel
-
-
-@functools.lru_cache(maxsize=None)
-def scatter_outputs_kernel():
-    """out[n, k, i, j] = ytiles[n, k, ti, tj, u, v] for the dense pixel (i*sh, j*sw) = (ti*mh + u, tj*mw + v)."""
-
-    @cuda.jit
-    def kernel(ytiles, out, mh, mw, sh, sw):
-        N, K, Ho, Wo = out.shape[0], out.shape[1], out.shape[2], out.shape[3]
-        total = N * K * Ho * Wo
-        for e in range(cuda.grid(1), total, cuda.gridsize(1)):
-            j = e % Wo
-            i = (e // Wo) % Ho
-            nk = e // (Wo * Ho)
-            n, k = nk // K, nk % K
-            di, dj = i * sh, j * sw
-            out[n, k, i, j] = ytiles[n, k, di // mh, dj // mw, di % mh, dj % mw]
-
-    return kernel
+from .backward import lags_of, phase_map, pick_lags
+from .gpu_kernels import gather_flipped_tiles_kernel, gather_tiles_kernel, scatter_phases_kernel, scatter_tiles_kernel
+from .plan import CHUNK_WORKSPACE, TilePlan, batch_chunk, plan_flops, plan_workspace_bytes, whole_image_plan
+from .shared import TOLERANCE, plan_constraints
+from .spectra import kernel_spectrum
 
 
 class GPUFFT(GPUAlgorithm):
-    """Whole-image FFT convolution on the GPU (see the module docstring)."""
+    """Whole-image FFT convolution on the GPU, all three passes (see the module docstring)."""
 
     name = "fft"
+    deterministic = True
     tolerance = TOLERANCE
 
-    def plan(self, p: ConvParams) -> TilePlan:
-        return whole_image_plan(p)
+    def plan(self, p: ConvParams, op: str = "forward") -> TilePlan | None:
+        return whole_image_plan(p, op)
+
+    def batch_chunk(self, p: ConvParams, op: str = "forward") -> int:
+        """Images per chunk: the largest divisor of N whose workspace fits CHUNK_WORKSPACE and the GPU's cap."""
+        return batch_chunk(p, self.plan(p, op), op, min(CHUNK_WORKSPACE, workspace_cap(self.backend)), "cuda")
+
+    def constraints(self, p: ConvParams, op: str = "forward"):
+        return plan_constraints(self.name, p, self.plan(p, op), op, workspace_cap(self.backend), "cuda")
 
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
-        return plan_workspace_bytes(p, self.plan(p))
+        t = self.plan(p, op)
+        if t is None:
+            return 0
+        chunk = self.batch_chunk(p, op)
+        return plan_workspace_bytes(p.with_batch(chunk), t, op, max(p.N // chunk, 1), "cuda")
 
     def flops(self, p: ConvParams, op: str = "forward") -> int:
-        return plan_flops(p, self.plan(p))
+        t = self.plan(p, op)
+        return plan_flops(p, t, op, max(p.N // self.batch_chunk(p, op), 1)) if t else 0
 
-    def kernel_spectrum(self, w, p: ConvParams, t: TilePlan):
-        """conj(rfft2(dilated kernel)) as (F, G, Kg, Cg), ready for the mixing GEMM."""
-        xp = array_module(w)
-        (Re, Se), (dh, dw) = p.kernel_extent, p.dilation
-        wdil = self.buffer(w, "fft.wdil", (p.K, p.Cg, t.Th, t.Tw), zero=True)
-        wdil[:, :, :Re:dh, :Se:dw] = w
-        spec = xp.fft.rfft2(wdil).reshape(p.groups, p.Kg, p.Cg, t.freqs)
-        return xp.ascontiguousarray(xp.conj(spec).transpose(3, 0, 1, 2))
-
+    # ---- the passes ----------------------------------------------------------------------------------------
     def forward(self, x, w, p: ConvParams, out) -> None:
-        xp, t = array_module(x), self.plan(p)
+        t, chunk = self.plan(p), self.batch_chunk(p)
+        kernel = kernel_spectrum(w, p, t, self.workspace)                                   # (F, G, Kg, Csg)
+        for n in range(0, p.N, chunk):
+            xs, q = x[n:n + chunk], p.with_batch(chunk)
+            spectrum = self.input_spectrum(xs, q, t)
+            product = self.buffer(xs, "fft.product", (t.freqs, q.groups, q.Kg, spectrum.shape[-1]),
+                                  spectrum.dtype)
+            array_module(x).matmul(kernel, spectrum, out=product)
+            ys = out[n:n + chunk]
+            launch(scatter_tiles_kernel(), *launch_1d(ys.size))(self.inverse(product, t), t.Rq - 1, t.Sq - 1,
+                                                                t.mh, t.mw, t.nth, t.ntw, ys)
+
+    def backward_data(self, dy, w, p: ConvParams, out) -> None:
+        op, xp = "backward_data", array_module(dy)
+        t, chunk = self.plan(p, op), self.batch_chunk(p, op)
+        kernel = kernel_spectrum(w, p, t, self.workspace, op)                   # conj(Wf), (F, G, Csg, Kg)
+        (Hp, Wp), (Ho, Wo), (sh, sw), (dh, dw) = p.padded_hw, p.out_hw, p.stride, p.dilation
         (top, _), (left, _) = p.padding
-        P = p.N * t.tiles
-        tiles = self.buffer(x, "fft.tiles", (p.N, p.C, t.nth, t.ntw, t.Th, t.Tw))
-        blocks, threads = launch_1d(tiles.size)
-        launch(gather_tiles_kernel(), blocks, threads)(x, tiles, top, left, t.mh, t.mw)
-        spec = xp.fft.rfft2(tiles).reshape(p.N, p.groups, p.Cg, t.tiles, t.freqs)
-        spec = xp.ascontiguousarray(spec.transpose(4, 1, 2, 0, 3)).reshape(t.freqs, p.groups, p.Cg, P)
-        product = xp.matmul(self.kernel_spectrum(w, p, t), spec)             # (F, G, Kg, N*tiles)
-        product = product.reshape(t.freqs, p.groups, p.Kg, p.N, t.tiles).transpose(3, 1, 2, 4, 0)
-        product = xp.ascontiguousarray(product).reshape(p.N, p.K, t.nth, t.ntw, t.Th, t.Tw // 2 + 1)
-        ytiles = xp.fft.irfft2(product, s=(t.Th, t.Tw)).astype(out.dtype, copy=False)
-        blocks, threads = launch_1d(out.size)
-        launch(scatter_outputs_kernel(), blocks, threads)(ytiles, out, t.mh, t.mw, *p.stride)
+        rows = xp.asarray(phase_map(p.H, top, Hp, Ho, sh, p.R, dh, t.mh))
+        cols = xp.asarray(phase_map(p.W, left, Wp, Wo, sw, p.S, dw, t.mw))
+        scatter = scatter_phases_kernel(p.compute_dtype)
+        for n in range(0, p.N, chunk):
+            dys, q, dxs = dy[n:n + chunk], p.with_batch(chunk), out[n:n + chunk]
+            spectrum = self.output_spectrum(dys, q, t, flipped=False)
+            product = self.buffer(dys, "fft.dx_product", kernel.shape[:3] + spectrum.shape[-1:], spectrum.dtype)
+            xp.matmul(kernel, spectrum, out=product)
+            launch(scatter, *launch_1d(dxs.size))(self.inverse(product, t), sh, sw, t.nth, t.ntw, rows, cols, dxs)
+
+    def backward_filter(self, x, dy, p: ConvParams, out) -> None:
+        op, xp = "backward_filter", array_module(x)
+        t, chunk = self.plan(p, op), self.batch_chunk(p, op)
+        cplx = np.result_type(p.compute_dtype, np.complex64)
+        summed = self.buffer(x, "fft.dw_spectrum", (t.freqs, p.groups, p.Kg, p.Cg * t.sh * t.sw), cplx)
+        for n in range(0, p.N, chunk):
+            q = p.with_batch(chunk)
+            xs = self.input_spectrum(x[n:n + chunk], q, t)
+            dys = self.output_spectrum(dy[n:n + chunk], q, t, flipped=True)
+            if n == 0:
+                xp.matmul(dys, xs.swapaxes(-1, -2), out=summed)
+            else:
+                summed += xp.matmul(dys, xs.swapaxes(-1, -2),
+                                    out=self.buffer(x, "fft.dw_product", summed.shape, summed.dtype))
+        pick_lags(lags_of(summed, p, t, self.workspace), p, t, out)
+
+    # ---- the transforms every pass shares ------------------------------------------------------------------
+    def input_spectrum(self, x, p: ConvParams, t: TilePlan):
+        """(F, G, Csg, P): the spectra of x's padded polyphase tiles (Cs phase channels)."""
+        (top, _), (left, _) = p.padding
+        tiles = self.buffer(x, "fft.tiles", (t.Th, t.Tw, p.C * t.sh * t.sw, p.N * t.nth * t.ntw))
+        launch(gather_tiles_kernel(p.compute_dtype), *launch_1d(tiles.size))(
+            x, top, left, t.sh, t.sw, t.mh, t.mw, t.nth, t.ntw, tiles)
+        return array_module(x).fft.rfftn(tiles, axes=(0, 1)).reshape(t.freqs, p.groups, -1, tiles.shape[-1])
+
+    def output_spectrum(self, dy, p: ConvParams, t: TilePlan, flipped: bool):
+        """(F, G, Kg, P): the spectra of dy's tiles, reversed (backward_filter) or shifted down by the kernel
+        extent (backward_data)."""
+        tiles = self.buffer(dy, "fft.dy_tiles", (t.Th, t.Tw, p.K, p.N * t.nth * t.ntw))
+        if flipped:
+            launch(gather_flipped_tiles_kernel(p.compute_dtype), *launch_1d(tiles.size))(
+                dy, t.mh, t.mw, t.nth, t.ntw, tiles)
+        else:
+            launch(gather_tiles_kernel(p.compute_dtype), *launch_1d(tiles.size))(
+                dy, t.Rq - 1, t.Sq - 1, 1, 1, t.mh, t.mw, t.nth, t.ntw, tiles)
+        return array_module(dy).fft.rfftn(tiles, axes=(0, 1)).reshape(t.freqs, p.groups, p.Kg, tiles.shape[-1])
+
+    @staticmethod
+    def inverse(spectrum, t: TilePlan):
+        """(Th, Tw, channels, columns) real tiles of a (F, G, channels per group, columns) spectrum."""
+        F, G, per_group, columns = spectrum.shape
+        return array_module(spectrum).fft.irfftn(spectrum.reshape(t.Th, -1, G * per_group, columns),
+                                                 s=(t.Th, t.Tw), axes=(0, 1))

@@ -26,11 +26,17 @@ multiply-add 8, a complex add 2.
 
 Workspace (``plan_workspace_bytes``): the sum of every array a pass makes for one batch chunk (the live peak is
 a little lower), named in ``plan_sizes``. forward and backward_data both make the kernel's taps (backward_data
-one more copy, transposed), its row DFT,
-its planar and interleaved spectra, and the real tiles, spectra, product and inverse of Cs*P and K*P tiles (in
-swapped roles); backward_filter makes the tiles and spectra of x and dy, the accumulated spectrum (and a
-product buffer when the batch has several chunks), the lag rows (Rq x Fw) and lags (Rq x Sq) of the pruned
-inverse (the taps are then copied from the lags into the result: nothing more).
+one more copy, transposed), its row DFT, its planar and interleaved spectra, and the real tiles, spectra,
+product and inverse of Cs*P and K*P tiles (in swapped roles); backward_filter makes the tiles and spectra of x
+and dy, the accumulated spectrum (and a product buffer when the batch has several chunks), the lag rows (Rq x
+Fw) and lags (Rq x Sq) of the pruned inverse (the taps are then copied from the lags into the result: nothing
+more). The GPU twins (``device="cuda"``) make two arrays more: CuPy copies the input of every complex-to-real
+FFT (cuFFT overwrites it: the product of forward and backward_data), and the operand cuBLAS reads transposed
+(x's spectrum in backward_filter's GEMM over tiles).
+
+Batch chunks (``batch_chunk``): the largest divisor of N whose chunk's workspace fits a limit (both twins:
+min(CHUNK_WORKSPACE, the backend's workspace cap)), else one image at a time. Tile sizes (``cheapest_tile_plan``,
+``fft_tiled``): the one of TILE_SIZES (2^a 3^b: fast lengths for pocketfft and cuFFT) of least ``plan_flops``.
 """
 from __future__ import annotations
 
@@ -39,6 +45,11 @@ from functools import lru_cache
 from math import log2
 
 from ..params import ConvParams
+
+#: the batch is processed in chunks of images whose workspace fits this (and the workspace cap).
+CHUNK_WORKSPACE = 256 << 20
+#: FFT sizes a tile of ``fft_tiled`` may have (2^a 3^b: fast in pocketfft and cuFFT).
+TILE_SIZES = (8, 12, 16, 24, 32, 48, 64)
 
 
 def next_fast_len(n: int, odd_factors: tuple[int, ...] = (3, 5)) -> int:
@@ -120,26 +131,39 @@ def tile_plan(p: ConvParams, T: int, op: str = "forward") -> TilePlan:
     return TilePlan(*p.stride, Rq, Sq, T, T, mh, mw, -(-eh // mh), -(-ew // mw))
 
 
-def plan_sizes(p: ConvParams, t: TilePlan, op: str = "forward", chunks: int = 1) -> dict[str, int]:
+def plan_sizes(p: ConvParams, t: TilePlan, op: str = "forward", chunks: int = 1,
+               device: str = "cpu") -> dict[str, int]:
     """Element counts of every array pass ``op`` makes for the batch ``p.N`` of one chunk (reals or complexes,
-    as named); ``chunks`` is the number of chunks the whole batch is cut into."""
+    as named); ``chunks`` is the number of chunks the whole batch is cut into; ``device="cuda"`` adds the GPU
+    twin's copies (module docstring)."""
     Cs, Csg, P, F, Fw = p.C * t.sh * t.sw, p.Cg * t.sh * t.sw, p.N * t.nth * t.ntw, t.freqs, t.Tw // 2 + 1
     tiles = dict(x_tiles_real=t.Th * t.Tw * Cs * P, x_spectrum_complex=F * Cs * P,
                  y_tiles_real=t.Th * t.Tw * p.K * P, y_spectrum_complex=F * p.K * P)
     if op == "backward_filter":
-        return dict(tiles, dw_spectrum_complex=F * p.K * Csg, dw_product_complex=F * p.K * Csg * (chunks > 1),
-                    lag_rows_complex=t.Rq * Fw * p.K * Csg, lags_complex=t.Rq * t.Sq * p.K * Csg)
-    transposed = op == "backward_data"           # backward_data copies the taps once more, K and C swapped
-    kernel = dict(kernel_taps_real=(2 + transposed) * t.Rq * t.Sq * p.K * Csg,
-                  kernel_rows_complex=t.Rq * Fw * p.K * Csg,
-                  kernel_planar_complex=F * p.K * Csg, kernel_complex=F * p.K * Csg)
-    return dict(kernel, **tiles)
+        sizes = dict(tiles, dw_spectrum_complex=F * p.K * Csg, dw_product_complex=F * p.K * Csg * (chunks > 1),
+                     lag_rows_complex=t.Rq * Fw * p.K * Csg, lags_complex=t.Rq * t.Sq * p.K * Csg)
+        gpu_copies = dict(x_spectrum_transposed_complex=F * Cs * P)
+    else:
+        transposed = op == "backward_data"           # backward_data copies the taps once more, K and C swapped
+        sizes = dict(tiles, kernel_taps_real=(2 + transposed) * t.Rq * t.Sq * p.K * Csg,
+                     kernel_rows_complex=t.Rq * Fw * p.K * Csg,
+                     kernel_planar_complex=F * p.K * Csg, kernel_complex=F * p.K * Csg)
+        gpu_copies = dict(inverse_input_copy_complex=F * (Cs if transposed else p.K) * P)
+    return dict(sizes, **gpu_copies) if device == "cuda" else sizes
 
 
-def plan_workspace_bytes(p: ConvParams, t: TilePlan, op: str = "forward", chunks: int = 1) -> int:
-    sizes = plan_sizes(p, t, op, chunks)
+def plan_workspace_bytes(p: ConvParams, t: TilePlan, op: str = "forward", chunks: int = 1,
+                         device: str = "cpu") -> int:
+    sizes = plan_sizes(p, t, op, chunks, device)
     elements = sum(2 * v if name.endswith("complex") else v for name, v in sizes.items())
     return elements * p.itemsize
+
+
+def batch_chunk(p: ConvParams, t: TilePlan, op: str, limit: int, device: str = "cpu") -> int:
+    """Images per chunk: the largest divisor of N whose chunk's workspace fits ``limit`` (else 1)."""
+    fits = [n for n in range(1, p.N + 1)
+            if p.N % n == 0 and plan_workspace_bytes(p.with_batch(n), t, op, p.N // n, device) <= limit]
+    return max(fits, default=1)
 
 
 def plan_flops(p: ConvParams, t: TilePlan, op: str = "forward", chunks: int = 1) -> int:
@@ -152,3 +176,11 @@ def plan_flops(p: ConvParams, t: TilePlan, op: str = "forward", chunks: int = 1)
         lags_dft = 8 * t.Rq * Fw * p.K * Csg * (t.Th + t.Sq)
         return int(tiles_and_gemm + lags_dft + 2 * F * p.K * Csg * (chunks - 1))
     return int(tiles_and_gemm + p.K * Csg * (4 * Fw * t.Sq * t.Rq + 8 * t.Th * t.Rq * Fw))
+
+
+@lru_cache(maxsize=1024)
+def cheapest_tile_plan(p: ConvParams, op: str = "forward") -> TilePlan | None:
+    """The plan of pass ``op`` of least FLOPs over TILE_SIZES, or None if the kernel is larger than every tile
+    (memoised: every call of a pass asks several times, and a prepared form's check once more)."""
+    plans = [tile_plan(p, T, op) for T in TILE_SIZES if T >= max(phase_extent(p))]
+    return min(plans, key=lambda t: plan_flops(p, t, op), default=None)

@@ -1,23 +1,25 @@
 """The kernel's spectrum for the FFT algorithms' forward and backward-data passes (the maths is in
 ``whole.py``): the flipped, dilated polyphase kernel, and its 2-D DFT pruned to its few nonzero taps, computed
-as two real GEMMs instead of batched FFTs of mostly-zero tiles."""
+as two real GEMMs instead of batched FFTs of mostly-zero tiles. Both twins run it: NumPy arrays on the CPU,
+CuPy arrays on the GPU (the array module of ``w``; the small DFT matrices are made once on the host)."""
 from __future__ import annotations
 
 from functools import lru_cache
 
 import numpy as np
 
+from ..arrays import array_module
 from ..params import ConvParams
 from .plan import TilePlan
 
 
 def phase_kernel(w: np.ndarray, p: ConvParams, t: TilePlan) -> np.ndarray:
     """The flipped, dilated, polyphase kernel as (Rq, Sq, K, Cg*sh*sw), phase channel (c, ph, pw)."""
-    (dh, dw), (sh, sw) = p.dilation, (t.sh, t.sw)
-    dilated = np.zeros((p.K, p.Cg, t.Rq * sh, t.Sq * sw), w.dtype)
+    xp, (dh, dw), (sh, sw) = array_module(w), p.dilation, (t.sh, t.sw)
+    dilated = xp.zeros((p.K, p.Cg, t.Rq * sh, t.Sq * sw), w.dtype)
     dilated[:, :, :p.R * dh:dh, :p.S * dw:dw] = w
     phases = dilated.reshape(p.K, p.Cg, t.Rq, sh, t.Sq, sw).transpose(2, 4, 0, 1, 3, 5)
-    return np.ascontiguousarray(phases.reshape(t.Rq, t.Sq, p.K, p.Cg * sh * sw)[::-1, ::-1])
+    return xp.ascontiguousarray(phases.reshape(t.Rq, t.Sq, p.K, p.Cg * sh * sw)[::-1, ::-1])
 
 
 @lru_cache(maxsize=64)
@@ -42,21 +44,21 @@ def kernel_spectrum(w: np.ndarray, p: ConvParams, t: TilePlan, workspace, op: st
     signals: (re; im) of the rfft along S is cos/sin (Fw x Sq) @ kernel, then the DFT along R is one real GEMM
     of the (2Th x 2Rq) matrix ``real_dft_along_rows`` with the stacked (re; im) rows.
     """
-    Fw, KCs, dt = t.Tw // 2 + 1, p.K * p.Cg * t.sh * t.sw, p.compute_dtype
+    xp, Fw, KCs, dt = array_module(w), t.Tw // 2 + 1, p.K * p.Cg * t.sh * t.sw, p.compute_dtype
     kernel = phase_kernel(w, p, t)
     if op == "backward_data":
         kernel = kernel.reshape(t.Rq, t.Sq, p.groups, p.Kg, -1).swapaxes(3, 4)
     kernel = kernel.reshape(t.Rq, t.Sq, KCs)          # a copy when transposed
-    cos, sin = dft_matrices(t.Tw, t.Sq, Fw, dt)
-    rows = workspace.get("fft.kernel_rows", (2, t.Rq, Fw, KCs), dt)
-    np.matmul(cos, kernel, out=rows[0])
-    np.negative(np.matmul(sin, kernel, out=rows[1]), out=rows[1])
-    planar = workspace.get("fft.kernel_planar", (2 * t.Th, Fw * KCs), dt)
-    np.matmul(real_dft_along_rows(t.Th, t.Rq, dt), rows.reshape(2 * t.Rq, Fw * KCs), out=planar)
-    spectrum = workspace.get("fft.kernel", (t.freqs, KCs), np.result_type(dt, np.complex64))
+    cos, sin = (xp.asarray(m) for m in dft_matrices(t.Tw, t.Sq, Fw, dt))
+    rows = workspace.get("fft.kernel_rows", (2, t.Rq, Fw, KCs), dt, xp=xp)
+    xp.matmul(cos, kernel, out=rows[0])
+    xp.negative(xp.matmul(sin, kernel, out=rows[1]), out=rows[1])
+    planar = workspace.get("fft.kernel_planar", (2 * t.Th, Fw * KCs), dt, xp=xp)
+    xp.matmul(xp.asarray(real_dft_along_rows(t.Th, t.Rq, dt)), rows.reshape(2 * t.Rq, Fw * KCs), out=planar)
+    spectrum = workspace.get("fft.kernel", (t.freqs, KCs), np.result_type(dt, np.complex64), xp=xp)
     spectrum.real = planar[:t.Th].reshape(t.freqs, KCs)
     spectrum.imag = planar[t.Th:].reshape(t.freqs, KCs)
     if op == "backward_data":
-        np.negative(spectrum.imag, out=spectrum.imag)
+        xp.negative(spectrum.imag, out=spectrum.imag)
         return spectrum.reshape(t.freqs, p.groups, -1, p.Kg)
     return spectrum.reshape(t.freqs, p.groups, p.Kg, -1)

@@ -17,11 +17,12 @@ and each bin's GEMM multiplies by all tiles at once (64x64 by 64x36 on that laye
 no longer grows with the image's FFT length but with the number of tiles, and it is far smaller on large
 images (the tests check it).
 
-Tile size: T is the one of TILE_SIZES (fast FFT lengths) that minimises the FLOP count of ``plan.plan_flops``,
-among those with T >= the phase kernel extent (so mh, mw >= 1). Measured (one thread, CPU ms, every T timed):
-the FLOP choice was the fastest or within 5% of it on 64->64 7x7 56x56 (T=16: 17 ms; T=12 22, T=24 23),
-64->64 11x11 56x56 (T=24: 25 ms; T=16 41, T=32 31), AlexNet conv1 (T=16: 7.5 ms; T=8 8.0, T=24 11.7),
-128->128 3x3 56x56 (T=16: 23 ms; T=12 22, T=24 44) and CIFAR 16->16 3x3 at batch 32 (T=8: 22 ms; T=16 21.6).
+Tile size: T is the one of ``plan.TILE_SIZES`` (fast FFT lengths) that minimises ``plan.plan_flops``, among
+those with T >= the phase kernel extent (so mh, mw >= 1): ``plan.cheapest_tile_plan``, which the GPU twin
+shares. Measured (one thread, CPU ms, every T timed): the FLOP choice was the fastest or within 5% of it on
+64->64 7x7 56x56 (T=16: 17 ms; T=12 22, T=24 23), 64->64 11x11 56x56 (T=24: 25 ms; T=16 41, T=32 31), AlexNet
+conv1 (T=16: 7.5 ms; T=8 8.0, T=24 11.7), 128->128 3x3 56x56 (T=16: 23 ms; T=12 22, T=24 44) and CIFAR
+16->16 3x3 at batch 32 (T=8: 22 ms; T=16 21.6).
 
 FLOPs, workspace, stride (polyphase), dilation (dilated kernel), groups and the scipy.fft choice: as in ``fft``
 (the same formulas and code, with the tile plans of this module). Deterministic: the same tiles, transforms
@@ -42,23 +43,9 @@ or when one image's workspace passes ``workspace_cap()`` (as ``fft``).
 """
 from __future__ import annotations
 
-from functools import lru_cache
-
 from ..params import ConvParams
-from ..registry import unsupported
-from .plan import TilePlan, phase_extent, plan_flops, tile_plan
+from .plan import TilePlan, cheapest_tile_plan
 from .whole import FFT
-
-#: FFT sizes a tile may have (2^a 3^b: fast in pocketfft).
-TILE_SIZES = (8, 12, 16, 24, 32, 48, 64)
-
-
-@lru_cache(maxsize=1024)
-def cheapest_tile_plan(p: ConvParams, op: str = "forward") -> TilePlan | None:
-    """The plan of pass ``op`` of least FLOPs over TILE_SIZES, or None if the kernel is larger than every tile
-    (memoised: every call of a pass asks several times, and a prepared form's check once more)."""
-    plans = [tile_plan(p, T, op) for T in TILE_SIZES if T >= max(phase_extent(p))]
-    return min(plans, key=lambda t: plan_flops(p, t, op), default=None)
 
 
 class FFTTiled(FFT):
@@ -68,12 +55,6 @@ class FFTTiled(FFT):
 
     def plan(self, p: ConvParams, op: str = "forward") -> TilePlan:
         return cheapest_tile_plan(p, op)
-
-    def constraints(self, p: ConvParams, op: str = "forward"):
-        if self.plan(p, op) is None:
-            return unsupported(f"{self.name} tiles are at most {TILE_SIZES[-1]} pixels, but the kernel spans "
-                               f"{max(phase_extent(p))} pixels per stride phase")
-        return super().constraints(p, op)
 
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         return super().workspace_bytes(p, op) if self.plan(p, op) else 0

@@ -83,17 +83,14 @@ from __future__ import annotations
 import numpy as np
 import scipy.fft
 
-from ..memory import GiB, Workspace, workspace_cap
+from ..memory import Workspace, workspace_cap
 from ..params import ConvParams
-from ..registry import SUPPORTED, Algorithm, unsupported
+from ..registry import Algorithm
 from .backward import lags_of, phase_map, pick_lags
 from .kernels import gather_flipped_tiles, gather_tiles, scatter_phases, scatter_tiles
-from .plan import TilePlan, plan_flops, plan_workspace_bytes, whole_image_plan
-from .shared import TOLERANCE
+from .plan import CHUNK_WORKSPACE, TilePlan, batch_chunk, plan_flops, plan_workspace_bytes, whole_image_plan
+from .shared import TOLERANCE, plan_constraints
 from .spectra import kernel_spectrum
-
-#: the batch is processed in chunks of images whose workspace fits this (and the workspace cap).
-CHUNK_WORKSPACE = 256 << 20
 
 
 class FFT(Algorithm):
@@ -109,20 +106,10 @@ class FFT(Algorithm):
     def batch_chunk(self, p: ConvParams, op: str = "forward") -> int:
         """Images per chunk: the largest divisor of N whose workspace fits CHUNK_WORKSPACE and the workspace cap
         (else 1)."""
-        t, limit = self.plan(p, op), min(CHUNK_WORKSPACE, workspace_cap(self.backend))
-        fits = [n for n in range(1, p.N + 1)
-                if p.N % n == 0 and plan_workspace_bytes(p.with_batch(n), t, op, p.N // n) <= limit]
-        return max(fits, default=1)
+        return batch_chunk(p, self.plan(p, op), op, min(CHUNK_WORKSPACE, workspace_cap(self.backend)))
 
     def constraints(self, p: ConvParams, op: str = "forward"):
-        t = self.plan(p, op)
-        need, cap = plan_workspace_bytes(p.with_batch(1), t, op, max(p.N, 1)), workspace_cap(self.backend)
-        if need > cap:
-            return unsupported(f"{self.name} needs {need / GiB:.2f} GiB of workspace for one image in its {op} "
-                               f"pass (FFT tiles {t.Th}x{t.Tw}, {t.nth * t.ntw} per image; the batch already "
-                               f"runs one image at a time), over the workspace cap of {cap / GiB:.2f} GiB "
-                               f"(convalgos.set_workspace_cap(bytes) or CONVALGOS_WORKSPACE_CAP to change it)")
-        return SUPPORTED
+        return plan_constraints(self.name, p, self.plan(p, op), op, workspace_cap(self.backend))
 
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         chunk = self.batch_chunk(p, op)

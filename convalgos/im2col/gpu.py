@@ -1,57 +1,46 @@
-"""GPU im2col + GEMM: a Numba-CUDA kernel builds the patch matrix, cuBLAS (through ``xp.matmul``) multiplies.
+"""GPU im2col + GEMM: Numba-CUDA kernels build the patch matrix (or scatter it back), cuBLAS (through
+``xp.matmul``) does the three passes' matrix products (CPU twin: ``convalgos.im2col``).
 
-Patch matrix of a chunk of n images, one column per output pixel:
+Patch matrix of image n and group g, one row per tap (c, r, s), one column per output pixel (i, j):
 
-    cols[n, g, (c, r, s), (i, j)] = x[n, g*Cg + c, i*sh + r*dh - top, j*sw + s*dw - left]   (0 outside)
+    P[n, g][(c, r, s), (i, j)] = x[n, g*Cg + c, i*sh + r*dh - top, j*sw + s*dw - left]   (0 outside)
 
-then one batched GEMM over (image, group) writes straight into the output, whose (N, K, Ho, Wo) layout is
-(N, G, Kg, Ho*Wo):
+With W[g] = w[g*Kg:(g+1)*Kg] as (Kg x Cg*R*S) and y, dy of image n, group g as (Kg x Ho*Wo):
 
-    out[n, g] = w[g] (Kg x Cg*R*S)  @  cols[n, g] (Cg*R*S x Ho*Wo)
+    forward          y[n, g]  = W[g] @ P[n, g]                  one batched GEMM over (image, group)
+    backward_data    D[n, g]  = W[g]^T @ dy[n, g]               one batched GEMM, then dx = col2im(D)
+    backward_filter  dW[g]    = sum_n dy[n, g] @ P[n, g]^T      one batched GEMM over the groups, the images
+                                                                side by side along its reduction
 
-The kernel is a grid-stride loop, one work item per (image, output pixel), walking (c, r, s) so consecutive
-threads write consecutive columns. A 1x1, stride-1, unpadded layer needs no patch matrix: x is already it.
+col2im is the adjoint of the patch matrix: each dx element gathers the entries of D that its (tap, pixel)
+pairs hold (``gpu_kernels.col2im_kernel``), one thread per element, so no atomics. backward_filter builds the
+patch matrix transposed, P^T[g] (n*Ho*Wo x Cg*R*S), and lays dy out as dY[g] (Kg x n*Ho*Wo), so its product is
+one strided-batched GEMM of contiguous operands (CuPy's batched matmul copies a transposed operand first).
+The images go in chunks whose patch matrix fits CHUNK_BYTES (at least one image); backward_filter sums the
+chunks' products. A 1x1, stride-1, unpadded layer needs no patch matrix: x is already it, so forward and
+backward_data are one GEMM each straight between x (or dx) and y (or dy).
 
-FLOPs: 2*N*K*Cg*R*S*Ho*Wo. Workspace: the patch matrix of one chunk of images, n*C*R*S*Ho*Wo elements, the
-chunk as large as fits CHUNK_BYTES (at least one image). Constraints: none.
+FLOPs (``flops``): every pass's GEMMs do the direct arithmetic, 2*N*K*Cg*R*S*Ho*Wo = ``p.flops``; backward_data
+adds col2im's additions, one per (image, channel, tap, output) whose tap lands inside x (``scatter_adds``, none
+for the plain 1x1 GEMM); backward_filter adds (chunks - 1)*K*Cg*R*S to sum the chunks.
+Workspace (``workspace_bytes``), chunks of n images: the patch matrix, n*C*R*S*Ho*Wo elements (none for the
+plain 1x1 GEMM, except in backward_filter, which always builds P^T); backward_data W^T (K*Cg*R*S); backward_filter
+dy laid out by group when n > 1 (n*K*Ho*Wo) and the partial sum (K*Cg*R*S) when there are several chunks. One
+patch buffer serves the three passes. Constraints: none. Deterministic: the kernels write each element from one
+thread in a fixed order, the chunks are summed in order, and cuBLAS repeats its results on one GPU model.
 """
 from __future__ import annotations
-
-import functools
-
-from numba import cuda
 
 from ..arrays import array_module
 from ..gpu_base import GPUAlgorithm, launch, launch_1d
 from ..params import ConvParams
+from ..registry import check_pass
+from .cpu import scatter_adds
+from .gpu_kernels import col2im_kernel, im2col_kernel, patches_t_kernel
 from .shared import TOLERANCE
 
 #: the patch matrix of one chunk of images stays within this many bytes (at least one image).
 CHUNK_BYTES = 1 << 30
-
-
-@functools.lru_cache(maxsize=None)
-def im2col_kernel():
-    """The patch-matrix kernel (Numba compiles one specialisation per dtype, once)."""
-
-    @cuda.jit
-    def kernel(x, cols, top, left, sh, sw, dh, dw, R, S, Wo):
-        n_img, C, H, W = x.shape[0], x.shape[1], x.shape[2], x.shape[3]
-        P = cols.shape[2]
-        for item in range(cuda.grid(1), n_img * P, cuda.gridsize(1)):
-            n, pix = item // P, item % P
-            i, j = pix // Wo, pix % Wo
-            row = 0
-            for c in range(C):
-                for r in range(R):
-                    yy = i * sh + r * dh - top
-                    for s in range(S):
-                        xx = j * sw + s * dw - left
-                        inside = 0 <= yy < H and 0 <= xx < W
-                        cols[n, row, pix] = x[n, c, yy, xx] if inside else 0
-                        row += 1
-
-    return kernel
 
 
 def is_plain_gemm(p: ConvParams) -> bool:
@@ -59,40 +48,105 @@ def is_plain_gemm(p: ConvParams) -> bool:
     return (p.R, p.S) == (1, 1) and p.stride == (1, 1) and p.padding == ((0, 0), (0, 0))
 
 
+def patch_elements(p: ConvParams) -> int:
+    """One image's patch matrix: C*R*S rows of Ho*Wo columns."""
+    Ho, Wo = p.out_hw
+    return p.C * p.R * p.S * Ho * Wo
+
+
 class GPUIm2col(GPUAlgorithm):
-    """Numba-CUDA patch matrix, then one batched GEMM per chunk of images (see the module docstring)."""
+    """Numba-CUDA patch matrices and col2im around cuBLAS GEMMs per chunk of images (module docstring)."""
 
     name = "im2col"
+    deterministic = True
     tolerance = TOLERANCE
 
     def chunk(self, p: ConvParams) -> int:
-        Ho, Wo = p.out_hw
-        image_bytes = p.C * p.R * p.S * Ho * Wo * p.itemsize
-        return max(1, min(p.N, CHUNK_BYTES // image_bytes))
+        return max(1, min(p.N, CHUNK_BYTES // (patch_elements(p) * p.itemsize)))
+
+    def chunk_count(self, p: ConvParams) -> int:
+        return -(-p.N // self.chunk(p))
 
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
-        if is_plain_gemm(p):
-            return 0
-        Ho, Wo = p.out_hw
-        return self.chunk(p) * p.C * p.R * p.S * Ho * Wo * p.itemsize
+        check_pass(op)
+        n, weights = self.chunk(p), p.K * p.Cg * p.R * p.S
+        if op == "backward_filter":
+            Ho, Wo = p.out_hw
+            dy_by_group = n * p.K * Ho * Wo if n > 1 else 0
+            partial = weights if self.chunk_count(p) > 1 else 0
+            return (n * patch_elements(p) + dy_by_group + partial) * p.itemsize
+        patches = 0 if is_plain_gemm(p) else n * patch_elements(p)
+        return (patches + (weights if op == "backward_data" else 0)) * p.itemsize
 
     def flops(self, p: ConvParams, op: str = "forward") -> int:
+        check_pass(op)
+        if op == "backward_data" and not is_plain_gemm(p):
+            return p.flops + scatter_adds(p)
+        if op == "backward_filter":
+            return p.flops + (self.chunk_count(p) - 1) * p.K * p.Cg * p.R * p.S
         return p.flops
+
+    def _patches(self, like, p: ConvParams):
+        """The kept patch buffer (one chunk's patch matrix, flat): each pass views it in its own layout."""
+        return self.buffer(like, "im2col.patches", (self.chunk(p) * patch_elements(p),))
+
+    def _chunks(self, p: ConvParams):
+        chunk = self.chunk(p)
+        for n0 in range(0, p.N, chunk):
+            yield n0, min(chunk, p.N - n0)
 
     def forward(self, x, w, p: ConvParams, out) -> None:
         xp = array_module(x)
-        Ho, Wo = p.out_hw
-        G, crs = p.groups, p.Cg * p.R * p.S
+        (Ho, Wo), (top, _), (left, _) = p.out_hw, *p.padding
+        G, crs, P = p.groups, p.Cg * p.R * p.S, Ho * Wo
         wg = w.reshape(G, p.Kg, crs)
         if is_plain_gemm(p):
-            xp.matmul(wg, x.reshape(p.N, G, crs, Ho * Wo), out=out.reshape(p.N, G, p.Kg, Ho * Wo))
+            xp.matmul(wg, x.reshape(p.N, G, crs, P), out=out.reshape(p.N, G, p.Kg, P))
             return
+        patches = self._patches(x, p)
+        for n0, n in self._chunks(p):
+            cols = patches[:n * patch_elements(p)].reshape(n, p.C * p.R * p.S, P)
+            blocks, threads = launch_1d(n * P)
+            launch(im2col_kernel(p.compute_dtype), blocks, threads)(x[n0:n0 + n], cols, top, left, *p.stride,
+                                                                   *p.dilation, p.R, p.S, Wo)
+            xp.matmul(wg, cols.reshape(n, G, crs, P), out=out[n0:n0 + n].reshape(n, G, p.Kg, P))
+
+    def backward_data(self, dy, w, p: ConvParams, out) -> None:
+        xp = array_module(dy)
+        (Ho, Wo), (top, _), (left, _) = p.out_hw, *p.padding
+        G, crs, P = p.groups, p.Cg * p.R * p.S, Ho * Wo
+        w_t = self.buffer(w, "im2col.w_t", (G, crs, p.Kg))                   # W[g]^T, contiguous for cuBLAS
+        w_t[...] = w.reshape(G, p.Kg, crs).transpose(0, 2, 1)
+        if is_plain_gemm(p):
+            xp.matmul(w_t, dy.reshape(p.N, G, p.Kg, P), out=out.reshape(p.N, G, p.Cg, P))
+            return
+        patches = self._patches(dy, p)
+        for n0, n in self._chunks(p):
+            cols = patches[:n * patch_elements(p)].reshape(n, p.C * p.R * p.S, P)
+            xp.matmul(w_t, dy[n0:n0 + n].reshape(n, G, p.Kg, P), out=cols.reshape(n, G, crs, P))
+            blocks, threads = launch_1d(n * p.C * p.H * p.W)
+            launch(col2im_kernel(p.compute_dtype), blocks, threads)(cols, out[n0:n0 + n], top, left, *p.stride,
+                                                                   *p.dilation, p.R, p.S, Wo)
+
+    def backward_filter(self, x, dy, p: ConvParams, out) -> None:
+        xp = array_module(x)
+        (Ho, Wo), (top, _), (left, _) = p.out_hw, *p.padding
+        G, crs, P = p.groups, p.Cg * p.R * p.S, Ho * Wo
+        dw = out.reshape(G, p.Kg, crs)
+        patches = self._patches(x, p)
         chunk = self.chunk(p)
-        cols = self.buffer(x, "im2col.cols", (chunk, p.C * p.R * p.S, Ho * Wo))
-        (top, _), (left, _) = p.padding
-        for n0 in range(0, p.N, chunk):
-            n = min(chunk, p.N - n0)
-            blocks, threads = launch_1d(n * Ho * Wo)
-            launch(im2col_kernel(), blocks, threads)(x[n0:n0 + n], cols[:n], top, left, *p.stride, *p.dilation,
-                                             p.R, p.S, Wo)
-            xp.matmul(wg, cols[:n].reshape(n, G, crs, Ho * Wo), out=out[n0:n0 + n].reshape(n, G, p.Kg, Ho * Wo))
+        by_group = self.buffer(dy, "im2col.dy_by_group", (chunk * p.K * P,)) if chunk > 1 else None
+        partial = self.buffer(dy, "im2col.partial", dw.shape) if self.chunk_count(p) > 1 else None
+        for n0, n in self._chunks(p):
+            cols_t = patches[:n * patch_elements(p)].reshape(G, n * P, crs)
+            blocks, threads = launch_1d(cols_t.size)
+            launch(patches_t_kernel(p.compute_dtype), blocks, threads)(x[n0:n0 + n], cols_t, top, left, *p.stride,
+                                                                      *p.dilation, p.R, p.S, Wo)
+            if n == 1:
+                dy_g = dy[n0].reshape(G, p.Kg, P)
+            else:                                                            # (n, g, k, pixel) -> (g, k, n, pixel)
+                dy_g = by_group[:n * p.K * P].reshape(G, p.Kg, n * P)
+                dy_g.reshape(G, p.Kg, n, P)[...] = dy[n0:n0 + n].reshape(n, G, p.Kg, P).transpose(1, 2, 0, 3)
+            xp.matmul(dy_g, cols_t, out=partial if n0 else dw)
+            if n0:
+                dw += partial

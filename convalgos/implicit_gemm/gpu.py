@@ -1,107 +1,105 @@
-"""GPU implicit GEMM: the im2col GEMM with the patch matrix never materialised (CPU twin: ``convalgos.implicit_gemm``).
+"""GPU implicit GEMM: im2col's three matrix products with the patch matrix never materialised (CPU twin:
+``convalgos.implicit_gemm``); zero workspace in every pass, so it is the algorithm that always fits.
 
-Per group g the convolution is the GEMM
+Per group g, with W[g] = w[g*Kg:(g+1)*Kg] as (Kg x Cg*R*S) and the patch matrix (zero outside the image)
 
-    Y[g] (Kg x N*Ho*Wo) = W[g] (Kg x Cg*R*S) @ X_patch[g] (Cg*R*S x N*Ho*Wo),
-    X_patch[g][(c, r, s), (n, i, j)] = x[n, g*Cg + c, i*sh + r*dh - top, j*sw + s*dw - left]  (0 outside)
+    X_patch[g][(c, r, s), (n, i, j)] = x[n, g*Cg + c, i*sh + r*dh - top, j*sw + s*dw - left],
 
-Each T x T block of threads computes a T x T tile of Y[g] (T output channels by T output pixels). It walks the
-reduction dimension Cg*R*S in chunks of T: it loads a T x T tile of W and gathers the matching T x T tile of
-X_patch straight from x into shared memory (decoding (c, r, s) and (n, i, j), zero outside the image), then
-each thread does T multiply-adds from shared memory. The patch matrix exists only tile by tile, in shared
-memory, so there is no workspace whatever the layer: with ``workspace_limit=0`` this one still runs, as
-cuDNN's IMPLICIT_GEMM does.
+the passes are three GEMMs, each computed by its own tiled kernel (``gpu_kernels.py``):
 
-Grid: x walks the output pixels in tiles of T, y the (group, channel tile) pairs.
+    forward          Y[g]  (Kg x N*Ho*Wo)    = W[g] @ X_patch[g]                reduction over (c, r, s)
+    backward_data    dX[g] (Cg x N*H*W)      = W[g]^T @ dY_patch[g]             reduction over (k, r, s)
+    backward_filter  dW[g] (Kg x Cg*R*S)     = dY[g] @ X_patch[g]^T             reduction over (n, i, j)
 
-FLOPs: 2*N*K*Cg*R*S*Ho*Wo. Workspace: none. Constraints: groups * ceil(Kg / T) <= 65535 (CUDA's limit on a
-grid's y axis) and ceil(N*Ho*Wo / T) <= 2^31 - 1; any stride, padding, dilation and groups otherwise.
-Accuracy: each output sums its Cg*R*S products in order in the compute dtype.
+where dY_patch[g][(k, r, s), (n, h, v)] = dy[n, g*Kg + k, i, j] for the output (i, j) with i*sh + r*dh - top = h
+and j*sw + s*dw - left = v, zero where none exists (the stride skips it or it lies in the padding): backward_data
+is a gather, each dx element one thread's sum, with no atomics. Each T x T block of threads computes a T x T
+tile of the result, walking the reduction in chunks of T: it loads the matching tiles of both operands into
+shared memory, gathering the patch tile straight from x (or dy), then each thread does T multiply-adds from
+shared memory. The patch matrices exist only tile by tile, in shared memory, so no pass has a workspace: with
+``workspace_limit=0`` this one still runs, as cuDNN's IMPLICIT_GEMM does. backward_filter's reduction is long
+(N*Ho*Wo) and dw small, so its blocks are T x T x FILTER_SLICES threads, each slice summing every
+FILTER_SLICES-th chunk, the slices' sums added in order at the end.
+
+Grid: x walks the result's columns in tiles of T, y the (group, row tile) pairs.
+
+FLOPs (``flops``, as done: tiles' padding to multiples of T aside): forward 2*N*K*Cg*R*S*Ho*Wo = ``p.flops``
+(taps in the padding multiplied by zero); backward_data 2*N*C*H*W*Kg*R*S (every (dx pixel, k, r, s), also those
+the stride or the padding make zero: about sh*sw times ``p.flops``); backward_filter ``p.flops``.
+Workspace: none. Constraints: each pass's grid within CUDA's limits (y: groups * ceil(rows / T) <= 65535, rows
+being Kg for forward and backward_filter, Cg for backward_data). Deterministic: every element is one thread's
+sum in a fixed order. Accuracy: sums of Cg*R*S (forward), Kg*R*S (backward_data) or N*Ho*Wo (backward_filter,
+in FILTER_SLICES partial sums) products in the compute dtype.
 """
 from __future__ import annotations
 
-import functools
 import math
-
-import numba
-import numpy as np
-from numba import cuda
 
 from ..arrays import simulator_enabled
 from ..gpu_base import GPUAlgorithm, grid_fits, launch
 from ..params import ConvParams
+from ..registry import check_pass
+from .gpu_kernels import backward_data_kernel, backward_filter_kernel, implicit_gemm_kernel
 from .shared import TOLERANCE
 
 #: block tile edge on a GPU, and under the simulator (fewer simulated threads).
 TILE = 16
 SIM_TILE = 4
-
-
-@functools.lru_cache(maxsize=None)
-def implicit_gemm_kernel(dtype: str, T: int):
-    """The tiled kernel for one compute dtype and tile edge T (compiled once per pair)."""
-    nb_dtype = numba.from_dtype(np.dtype(dtype))
-
-    @cuda.jit
-    def kernel(x, w, out, top, left, sh, sw, dh, dw, groups, row_tiles):
-        N, H, W = x.shape[0], x.shape[2], x.shape[3]
-        K, Cg, R, S = w.shape[0], w.shape[1], w.shape[2], w.shape[3]
-        Ho, Wo = out.shape[2], out.shape[3]
-        Kg = K // groups
-        g = cuda.blockIdx.y // row_tiles                 # the group, then the channel tile within it
-        tx, ty = cuda.threadIdx.x, cuda.threadIdx.y
-        row = (cuda.blockIdx.y % row_tiles) * T + ty     # output channel within the group
-        col = cuda.blockIdx.x * T + tx                   # output pixel (n, i, j) flattened
-        gn = col // (Ho * Wo)
-        gi, gj = (col // Wo) % Ho, col % Wo
-        w_tile = cuda.shared.array((T, T), nb_dtype)
-        x_tile = cuda.shared.array((T, T), nb_dtype)
-        reduction, RS = Cg * R * S, R * S
-        acc = nb_dtype(0)
-        for q0 in range(0, reduction, T):
-            q = q0 + tx                                  # weight tile: row = channel, column = q
-            inside = row < Kg and q < reduction
-            w_tile[ty, tx] = w[g * Kg + row, q // RS, (q // S) % R, q % S] if inside else 0
-            q = q0 + ty                                  # patch tile: row = q, column = pixel
-            c, r, s = q // RS, (q // S) % R, q % S
-            yy, xx = gi * sh + r * dh - top, gj * sw + s * dw - left
-            inside = q < reduction and gn < N and 0 <= yy < H and 0 <= xx < W
-            x_tile[ty, tx] = x[gn, g * Cg + c, yy, xx] if inside else 0
-            cuda.syncthreads()
-            for e in range(T):
-                acc += w_tile[ty, e] * x_tile[e, tx]
-            cuda.syncthreads()
-        if row < Kg and col < N * Ho * Wo:
-            out[col // (Ho * Wo), g * Kg + row, (col // Wo) % Ho, col % Wo] = acc
-
-    return kernel
+#: backward_filter's tile edge and reduction slices per block (8 x 8 x 4 = 256 threads), and the simulator's.
+FILTER_TILE, FILTER_SLICES = 8, 4
+SIM_FILTER_TILE, SIM_FILTER_SLICES = 4, 2
 
 
 def tile_edge() -> int:
     return SIM_TILE if simulator_enabled() else TILE
 
 
-def launch_grid(p: ConvParams, T: int) -> tuple[int, int]:
-    """(pixel tiles, groups * channel tiles per group)."""
+def filter_block() -> tuple[int, int]:
+    """(tile edge, slices) of backward_filter's blocks."""
+    return (SIM_FILTER_TILE, SIM_FILTER_SLICES) if simulator_enabled() else (FILTER_TILE, FILTER_SLICES)
+
+
+def launch_grid(p: ConvParams, op: str, T: int) -> tuple[int, int]:
+    """(column tiles, groups * row tiles per group) of pass ``op``'s result matrices."""
+    check_pass(op)
     Ho, Wo = p.out_hw
-    return math.ceil(p.N * Ho * Wo / T), p.groups * math.ceil(p.Kg / T)
+    rows, columns = {"forward": (p.Kg, p.N * Ho * Wo), "backward_data": (p.Cg, p.N * p.H * p.W),
+                     "backward_filter": (p.Kg, p.Cg * p.R * p.S)}[op]
+    return math.ceil(columns / T), p.groups * math.ceil(rows / T)
 
 
 class GPUImplicitGemm(GPUAlgorithm):
-    """Tiled GEMM gathering patch tiles into shared memory on the fly (see the module docstring)."""
+    """Tiled GEMMs gathering patch tiles into shared memory on the fly (see the module docstring)."""
 
     name = "implicit_gemm"
+    deterministic = True
     tolerance = TOLERANCE
 
     def constraints(self, p: ConvParams, op: str = "forward"):
-        blocks_x, blocks_y = launch_grid(p, TILE)
-        return grid_fits(self.name, blocks_x, blocks_y)
+        T = FILTER_TILE if op == "backward_filter" else TILE
+        return grid_fits(self.name, *launch_grid(p, op, T))
 
-    # workspace_bytes: the base's 0 (this kernel allocates nothing); flops: the base's p.flops (every tap).
+    # workspace_bytes: the base's 0 (these kernels allocate nothing).
+
+    def flops(self, p: ConvParams, op: str = "forward") -> int:
+        if check_pass(op) == "backward_data":
+            return 2 * p.N * p.C * p.H * p.W * p.Kg * p.R * p.S
+        return p.flops
 
     def forward(self, x, w, p: ConvParams, out) -> None:
-        T = tile_edge()
-        blocks_x, blocks_y = launch_grid(p, T)
+        self._launch(implicit_gemm_kernel(p.compute_dtype, tile_edge()), "forward", tile_edge(), 1, x, w, out, p)
+
+    def backward_data(self, dy, w, p: ConvParams, out) -> None:
+        self._launch(backward_data_kernel(p.compute_dtype, tile_edge()), "backward_data", tile_edge(), 1, dy, w,
+                     out, p)
+
+    def backward_filter(self, x, dy, p: ConvParams, out) -> None:
+        T, Z = filter_block()
+        self._launch(backward_filter_kernel(p.compute_dtype, T, Z), "backward_filter", T, Z, x, dy, out, p)
+
+    @staticmethod
+    def _launch(kernel, op: str, T: int, Z: int, a, b, out, p: ConvParams) -> None:
+        blocks_x, blocks_y = launch_grid(p, op, T)
         (top, _), (left, _) = p.padding
-        launch(implicit_gemm_kernel(p.compute_dtype, T), (blocks_x, blocks_y), (T, T))(
-            x, w, out, top, left, *p.stride, *p.dilation, p.groups, blocks_y // p.groups)
+        launch(kernel, (blocks_x, blocks_y), (T, T, Z))(a, b, out, top, left, *p.stride, *p.dilation, p.groups,
+                                                        blocks_y // p.groups)

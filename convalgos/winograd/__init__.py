@@ -2,9 +2,11 @@
 (k, c) become (m + 2)^2; backward-filter as F(3 x 3, m x m).
 
 - ``cooktoom.py``: the transform matrices of any F(m, r), from an exact-rational Cook-Toom generator;
-- ``shared.py``: what every Winograd algorithm shares (constraints, tile grid, transform FLOPs, tolerances);
+- ``shared.py``: what every Winograd algorithm shares (constraints, tile grid, transform FLOPs, each pass's
+  matrices, tolerances);
 - ``cpu.py``: ``winograd_2x2/4x4/6x6``, transforms around batched GEMMs, all three passes (the maths);
 - ``kernels.py``: their Numba transforms;
 - ``fused.py`` and ``fused_kernels.py``: ``winograd_fused_4x4``, one block of 32 tiles at a time in cache;
-- ``gpu.py``: the GPU twin of ``winograd_mxm`` (Numba-CUDA transforms around a cuBLAS batched GEMM).
+- ``gpu.py``: the GPU twin of ``winograd_mxm``, all three passes (Numba-CUDA transforms around a cuBLAS batched
+  GEMM); ``gpu_kernels.py``: its transform kernels.
 """

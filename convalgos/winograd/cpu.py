@@ -96,7 +96,7 @@ from ..registry import Algorithm
 from .cooktoom import cook_toom
 from .kernels import (block_tiles, block_transform, filter_block_size, filter_transform, outer_products,
                       output_transform, scratch_elements, shift_into, tile_transform)
-from .shared import TOLERANCES, f3x3_constraints, sandwich_flops, tile_grid
+from .shared import TOLERANCES, f3x3_constraints, pass_matrices, sandwich_flops, tile_grid
 
 
 class Blocking(NamedTuple):
@@ -136,9 +136,7 @@ class Winograd(Algorithm):
 
     def _float_matrices(self, dtype) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Pass -> (output, filter, input) transform matrices in ``dtype``; backward-data's G is G J."""
-        AT, G, BT = self.matrices.as_float(dtype)
-        return {"forward": (AT, G, BT), "backward_data": (AT, np.ascontiguousarray(G[:, ::-1]), BT),
-                "backward_filter": self.filter_matrices.as_float(dtype)}
+        return pass_matrices(self.matrices, self.filter_matrices, dtype)
 
     # ---- sizes ---------------------------------------------------------------------------------------------
     @property

@@ -1,166 +1,138 @@
-"""GPU Winograd F(m x m, 3 x 3): Numba-CUDA tile transforms around one batched GEMM over the alpha^2 positions.
+"""GPU Winograd, all three passes: the CPU twin's maths (``cpu.py``) with Numba-CUDA tile transforms
+(``gpu_kernels.py``) around one batched cuBLAS GEMM over the alpha^2 positions (alpha = m + 2).
 
-With A^T (m x alpha), G (alpha x 3), B^T (alpha x alpha) from the Cook-Toom generator (``cooktoom.py``,
-exact rationals, rounded once to the compute dtype), alpha = m + 2, each m x m output tile is
+With the matrices of each pass (``shared.pass_matrices``, from the exact Cook-Toom generator):
 
-    Y = A^T [ sum_c (G w[k, c] G^T) . (B^T d[c] B) ] A,
+    forward          U = G w G^T (xp.matmul);  V = B^T d B per tile of x (kernel);  M = U V, (Kg x Cg) @ (Cg x P)
+                     per position and group (cuBLAS);  y tile = A^T M A (kernel)
+    backward_data    the forward F(m x m, 3 x 3) over dy, placed at (2 - top, 2 - left), tiles over dx, with the
+                     flipped filter (G J) w (G J)^T laid out K and C swapped: M = U (Cg x Kg) @ V (Kg x P)
+    backward_filter  F(3 x 3, m x m) with dy as the filter: X = B'^T x B' per alpha x alpha tile of x, D = G' dy G'^T
+                     per m x m tile of dy (the same kernel, X of m columns), S = D X^T (Kg x P) @ (P x Cg) summed
+                     over all tiles by the GEMM, dw = A'^T S A' (xp.matmul, once per (k, c))
 
-d[c] the alpha x alpha input tile (tiles step by m; zero outside the image, so padding is never stored).
-1. filter transform U[a, b, g, k, c] = (G w G^T)[a, b] (small: ``xp.matmul``);
-2. input transform kernel: one work item per (image, channel, tile) computes V = B^T d B in registers and
-   writes V[a, b, c, tile];
-3. per position (a, b) and group, the batched GEMM M = U (Kg x Cg) @ V (Cg x tiles) (cuBLAS);
-4. output transform kernel: one work item per (output channel, tile) computes A^T M A and writes the tile's
-   pixels that lie inside the output.
+Tiles: ``shared.tile_grid`` (over dx in backward_data, over y and dy otherwise); the whole batch at once (no
+chunks). Constraints: the CPU's (``shared.f3x3_constraints``): 3x3, stride 1, dilation 1; any padding and groups.
 
-FLOPs: the GEMMs, 2*alpha^2*K*Cg*P, plus the transforms as done here, densely (the CPU's skip the zeros of
-B^T, A^T and G): 4*alpha^3 per (channel, tile), 2*m*alpha*(alpha + m) per (output channel, tile) and
-6*alpha*(3 + alpha) per (k, c) filter. Workspace: U, V, M of alpha^2 * (K*Cg, C*P, K*P) elements,
-P = N * ceil(Ho/m) * ceil(Wo/m) tiles, and the three matrices (the whole batch at once: no chunks).
-Constraints: 3x3 kernel, stride 1, dilation 1; any padding and groups.
-Accuracy: as on the CPU, rounding in G and the transforms' cancellation, growing with m.
+FLOPs (``flops``): the GEMMs, 2 alpha^2 Kg Cg G P, plus the transforms as these kernels compute them, densely
+(the CPU skips the zeros of B^T, A^T, G): X (r x c) applied to a c x c array costs 2 r c^2 + 2 r^2 c
+(``dense_sandwich_flops``), per (input channel, tile) and (output channel, tile) and once per filter.
+Workspace (``workspace_bytes``), elements: the pass's matrices; V and M of alpha^2 (channels in + out) P; the
+filter transform's G w (3 alpha K Cg), G w G^T and U (alpha^2 K Cg each); backward_filter: X, the copy of X^T
+that cuBLAS reads through CuPy (alpha^2 C P each), D (alpha^2 K P), S, its transposed copy (alpha^2 K Cg each)
+and A'^T S (3 alpha K Cg). Deterministic: no atomics (each output element is one work item's, the sums over
+channels and tiles are GEMMs).
 """
 from __future__ import annotations
 
-import functools
-
-import numba
 import numpy as np
-from numba import cuda
 
 from ..arrays import array_module
 from ..gpu_base import GPUAlgorithm, launch, launch_1d
 from ..params import ConvParams
 from .cooktoom import cook_toom
-from .shared import TOLERANCES, f3x3_constraints, tile_grid
+from .gpu_kernels import output_transform_kernel, tile_transform_kernel
+from .shared import TOLERANCES, f3x3_constraints, pass_matrices, tile_grid
 
 
-@functools.lru_cache(maxsize=None)
-def input_transform_kernel(dtype: str, m: int):
-    """V[a, b, c, tile] = (B^T d B)[a, b] for the alpha x alpha tile d at (tile row * m, tile col * m)."""
-    alpha, nb_dtype = m + 2, numba.from_dtype(np.dtype(dtype))
-
-    @cuda.jit
-    def kernel(x, BT, V, top, left, tiles_h, tiles_w):
-        N, C, H, W = x.shape[0], x.shape[1], x.shape[2], x.shape[3]
-        per_image = tiles_h * tiles_w
-        d = cuda.local.array((alpha, alpha), nb_dtype)
-        t = cuda.local.array((alpha, alpha), nb_dtype)
-        for e in range(cuda.grid(1), N * C * per_image, cuda.gridsize(1)):
-            tile = e % per_image
-            c = (e // per_image) % C
-            n = e // (per_image * C)
-            y0, x0 = (tile // tiles_w) * m - top, (tile % tiles_w) * m - left
-            for u in range(alpha):
-                for v in range(alpha):
-                    yy, xx = y0 + u, x0 + v
-                    d[u, v] = x[n, c, yy, xx] if 0 <= yy < H and 0 <= xx < W else 0
-            for a in range(alpha):                      # t = B^T d
-                for v in range(alpha):
-                    s = nb_dtype(0)
-                    for u in range(alpha):
-                        s += BT[a, u] * d[u, v]
-                    t[a, v] = s
-            for a in range(alpha):                      # V = t B
-                for b in range(alpha):
-                    s = nb_dtype(0)
-                    for v in range(alpha):
-                        s += t[a, v] * BT[b, v]
-                    V[a, b, c, n * per_image + tile] = s
-
-    return kernel
-
-
-@functools.lru_cache(maxsize=None)
-def output_transform_kernel(dtype: str, m: int):
-    """out tile = A^T M[:, :, k, tile] A, pixels inside the output only."""
-    alpha, nb_dtype = m + 2, numba.from_dtype(np.dtype(dtype))
-
-    @cuda.jit
-    def kernel(M, AT, out, tiles_h, tiles_w):
-        N, K, Ho, Wo = out.shape[0], out.shape[1], out.shape[2], out.shape[3]
-        per_image = tiles_h * tiles_w
-        t = cuda.local.array((m, alpha), nb_dtype)
-        for e in range(cuda.grid(1), K * N * per_image, cuda.gridsize(1)):
-            p = e % (N * per_image)
-            k = e // (N * per_image)
-            n, tile = p // per_image, p % per_image
-            i0, j0 = (tile // tiles_w) * m, (tile % tiles_w) * m
-            for u in range(m):                          # t = A^T M
-                for b in range(alpha):
-                    s = nb_dtype(0)
-                    for a in range(alpha):
-                        s += AT[u, a] * M[a, b, k, p]
-                    t[u, b] = s
-            for u in range(m):                          # Y = t A
-                for v in range(m):
-                    if i0 + u < Ho and j0 + v < Wo:
-                        s = nb_dtype(0)
-                        for b in range(alpha):
-                            s += t[u, b] * AT[v, b]
-                        out[n, k, i0 + u, j0 + v] = s
-
-    return kernel
+def dense_sandwich_flops(rows: int, cols: int) -> int:
+    """FLOPs of X d X^T for X (rows x cols) and d (cols x cols), computed densely: X d, then (X d) X^T."""
+    return 2 * rows * cols * cols + 2 * rows * rows * cols
 
 
 class GPUWinograd(GPUAlgorithm):
-    """F(m x m, 3 x 3) on the GPU; one instance per output tile size m (see the module docstring)."""
+    """F(m x m, 3 x 3) on the GPU, and F(3 x 3, m x m) for backward_filter; one instance per m."""
+
+    deterministic = True
 
     def __init__(self, m: int):
         super().__init__()
         self.m, self.alpha = m, m + 2
         self.name = f"winograd_{m}x{m}"
         self.tolerances, self.tolerance = TOLERANCES[m], TOLERANCES[m]["forward"]
-        self.matrices = cook_toom(m, 3)
+        self.matrices, self.filter_matrices = cook_toom(m, 3), cook_toom(3, m)
+        self._float = {np.dtype(dt): pass_matrices(self.matrices, self.filter_matrices, dt)
+                       for dt in (np.float32, np.float64)}
 
     def constraints(self, p: ConvParams, op: str = "forward"):
         return f3x3_constraints(self.name, p)      # the same maths as the CPU's: F(m, 3) on a 3x3 stride-1 kernel
 
+    def _tiles(self, p: ConvParams, op: str) -> int:
+        tiles_h, tiles_w = tile_grid(p, op, self.m)
+        return p.N * tiles_h * tiles_w
+
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
-        P = p.N * self._tiles(p)[0] * self._tiles(p)[1]
-        matrices = self.alpha * (self.m + 3 + self.alpha)                     # A^T, G, B^T on the device
-        return (self.alpha ** 2 * (p.K * p.Cg + p.C * P + p.K * P) + matrices) * p.itemsize
+        a, a2, P, KC = self.alpha, self.alpha ** 2, self._tiles(p, op), p.K * p.Cg
+        matrices = sum(mat.size for mat in self._float[np.dtype(np.float64)][op])
+        if op == "backward_filter":
+            elements = a2 * (2 * p.C + p.K) * P + (2 * a2 + 3 * a) * KC
+        else:
+            elements = a2 * (p.C + p.K) * P + (3 * a + 2 * a2) * KC
+        return (elements + matrices) * p.itemsize
 
     def flops(self, p: ConvParams, op: str = "forward") -> int:
-        """The GEMMs, plus the transforms as this module computes them: dense, zeros of B^T, A^T, G included."""
-        tiles_h, tiles_w = self._tiles(p)
-        P, a, m = p.N * tiles_h * tiles_w, self.alpha, self.m
+        """The GEMMs, plus the transforms as the kernels compute them: dense, zeros of the matrices included."""
+        a, m, P = self.alpha, self.m, self._tiles(p, op)
         gemm = 2 * a * a * p.K * p.Cg * P
-        input_transform = 4 * a ** 3 * p.C * P                                # B^T d, then (B^T d) B
-        output_transform = (2 * m * a * a + 2 * m * m * a) * p.K * P          # A^T M, then (A^T M) A
-        filter_transform = (2 * a * 3 * 3 + 2 * a * a * 3) * p.K * p.Cg      # G w, then (G w) G^T
-        return gemm + input_transform + output_transform + filter_transform
+        if op == "backward_filter":                 # B'^T per (c, tile), G' per (k, tile), A'^T per (k, c)
+            return (gemm + dense_sandwich_flops(a, a) * p.C * P + dense_sandwich_flops(a, m) * p.K * P
+                    + dense_sandwich_flops(3, a) * p.K * p.Cg)
+        n_in, n_out = (p.C, p.K) if op == "forward" else (p.K, p.C)
+        return (gemm + dense_sandwich_flops(a, a) * n_in * P + dense_sandwich_flops(m, a) * n_out * P
+                + dense_sandwich_flops(a, 3) * p.K * p.Cg)
 
-    def _tiles(self, p: ConvParams) -> tuple[int, int]:
-        return tile_grid(p, "forward", self.m)
-
-    def device_matrices(self, like):
-        """(A^T, G, B^T) as device arrays of like's dtype (kept between calls)."""
-        xp = array_module(like)
-        mats = []
-        for tag, mat in zip(("AT", "G", "BT"), self.matrices.as_float(like.dtype)):
-            buf = self.buffer(like, f"winograd.{tag}", mat.shape)
+    def device_matrices(self, like, op: str):
+        """(A^T, G, B^T) of pass ``op`` as device arrays of like's dtype (kept between calls)."""
+        xp, mats = array_module(like), []
+        for tag, mat in zip(("AT", "G", "BT"), self._float[np.dtype(like.dtype)][op]):
+            buf = self.buffer(like, f"winograd.{op}.{tag}", mat.shape)
             buf[...] = xp.asarray(mat)
             mats.append(buf)
         return mats
 
-    def filter_transform(self, w, G, p: ConvParams):
-        """U[a, b, g, k, c] = (G w[g*Kg + k, c] G^T)[a, b], as (alpha^2, groups, Kg, Cg)."""
+    def filter_transform(self, w, G, p: ConvParams, swap: bool):
+        """U (alpha^2, groups, Kg, Cg) of G w[k, c] G^T, or (alpha^2, groups, Cg, Kg) when ``swap``."""
         xp, a = array_module(w), self.alpha
-        U = xp.matmul(xp.matmul(G, w), G.T)                                     # (K, Cg, alpha, alpha)
-        return xp.ascontiguousarray(U.reshape(p.groups, p.Kg, p.Cg, a * a).transpose(3, 0, 1, 2))
+        U = xp.matmul(xp.matmul(G, w), G.T).reshape(p.groups, p.Kg, p.Cg, a * a)   # (K, Cg, alpha, alpha)
+        return xp.ascontiguousarray(U.transpose(3, 0, 2, 1) if swap else U.transpose(3, 0, 1, 2))
 
+    # ---- the passes ----------------------------------------------------------------------------------------
     def forward(self, x, w, p: ConvParams, out) -> None:
-        xp, a, dt = array_module(x), self.alpha, p.compute_dtype
-        AT, G, BT = self.device_matrices(x)
-        tiles_h, tiles_w = self._tiles(p)
+        AT, G, BT = self.device_matrices(x, "forward")
+        (top, _), (left, _) = p.padding
+        self.correlate(x, top, left, self.filter_transform(w, G, p, swap=False), AT, BT, p, "forward", out)
+
+    def backward_data(self, dy, w, p: ConvParams, out) -> None:
+        AT, GJ, BT = self.device_matrices(dy, "backward_data")            # G J: the flipped filter
+        (top, _), (left, _) = p.padding
+        U = self.filter_transform(w, GJ, p, swap=True)                     # K and C swapped
+        self.correlate(dy, 2 - top, 2 - left, U, AT, BT, p, "backward_data", out)
+
+    def backward_filter(self, x, dy, p: ConvParams, out) -> None:
+        xp, a, m, dt = array_module(x), self.alpha, self.m, p.compute_dtype
+        AT, G, BT = self.device_matrices(x, "backward_filter")             # F(3, m)
+        tiles_h, tiles_w = tile_grid(p, "backward_filter", m)
         P = p.N * tiles_h * tiles_w
         (top, _), (left, _) = p.padding
-        V = self.buffer(x, "winograd.V", (a, a, p.C, P))
-        blocks, threads = launch_1d(p.N * p.C * tiles_h * tiles_w)
-        launch(input_transform_kernel(dt, self.m), blocks, threads)(x, BT, V, top, left, tiles_h, tiles_w)
-        M = self.buffer(x, "winograd.M", (a, a, p.K, P))
-        xp.matmul(self.filter_transform(w, G, p), V.reshape(a * a, p.groups, p.Cg, P),
-                  out=M.reshape(a * a, p.groups, p.Kg, P))
-        blocks, threads = launch_1d(p.K * P)
-        launch(output_transform_kernel(dt, self.m), blocks, threads)(M, AT, out, tiles_h, tiles_w)
+        X = self.buffer(x, "winograd.X", (a, a, p.C, P))
+        launch(tile_transform_kernel(dt, a, a), *launch_1d(p.C * P))(x, BT, m, top, left, tiles_h, tiles_w, X)
+        D = self.buffer(x, "winograd.D", (a, a, p.K, P))
+        launch(tile_transform_kernel(dt, a, m), *launch_1d(p.K * P))(dy, G, m, 0, 0, tiles_h, tiles_w, D)
+        S = self.buffer(x, "winograd.S", (a * a, p.groups, p.Kg, p.Cg))
+        xp.matmul(D.reshape(a * a, p.groups, p.Kg, P), X.reshape(a * a, p.groups, p.Cg, P).swapaxes(-1, -2),
+                  out=S)
+        per_filter = S.reshape(a, a, p.K * p.Cg).transpose(2, 0, 1)        # (K Cg, alpha, alpha)
+        xp.matmul(xp.matmul(AT, per_filter), AT.T, out=out.reshape(p.K * p.Cg, 3, 3))
+
+    def correlate(self, src, top: int, left: int, U, AT, BT, p: ConvParams, op: str, out) -> None:
+        """out = the 3x3 stride-1 correlation of src placed at (top, left) in zeros with the filters whose
+        transforms are U (alpha^2, groups, out channels per group, in channels per group), tiled over out."""
+        xp, a, dt = array_module(src), self.alpha, p.compute_dtype
+        tiles_h, tiles_w = tile_grid(p, op, self.m)
+        P, n_in, n_out = p.N * tiles_h * tiles_w, src.shape[1], out.shape[1]
+        V = self.buffer(src, "winograd.V", (a, a, n_in, P))
+        launch(tile_transform_kernel(dt, a, a), *launch_1d(n_in * P))(src, BT, self.m, top, left, tiles_h,
+                                                                     tiles_w, V)
+        M = self.buffer(src, "winograd.M", (a, a, n_out, P))
+        xp.matmul(U, V.reshape(a * a, p.groups, -1, P), out=M.reshape(a * a, p.groups, -1, P))
+        launch(output_transform_kernel(dt, self.m), *launch_1d(n_out * P))(M, AT, out, tiles_h, tiles_w)

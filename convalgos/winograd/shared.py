@@ -1,11 +1,15 @@
 """What the CPU and GPU Winograd algorithms (plain, fused and the GPU twin) share: F(m x m, 3 x 3)'s
-constraints, its tile grid, the FLOPs of a transform, and the tolerances, per m, pass and dtype. The transform
-matrices themselves come from one exact generator (``cooktoom.py``), rounded once to the compute dtype.
+constraints, its tile grid, the FLOPs of a transform, each pass's transform matrices and the tolerances, per
+m, pass and dtype. The matrices themselves come from one exact generator (``cooktoom.py``), rounded once to the
+compute dtype.
 """
 from __future__ import annotations
 
+import numpy as np
+
 from ..params import ConvParams
 from ..registry import SUPPORTED, Support, unsupported
+from .cooktoom import WinogradMatrices
 
 
 def sandwich_flops(matrix) -> int:
@@ -23,6 +27,16 @@ def f3x3_constraints(name: str, p: ConvParams) -> Support:
     if p.dilation != (1, 1):
         return unsupported(f"{name} needs dilation 1, got {p.dilation}")
     return SUPPORTED
+
+
+def pass_matrices(forward: WinogradMatrices, backward_filter: WinogradMatrices,
+                  dtype) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
+    """Pass -> (output, filter, input) transform matrices (A^T, G, B^T) in ``dtype``: F(m, 3)'s for forward,
+    with G J (G's columns reversed: the flipped filter, ``cpu.py``) for backward_data, F(3, m)'s for
+    backward_filter."""
+    AT, G, BT = forward.as_float(dtype)
+    return {"forward": (AT, G, BT), "backward_data": (AT, np.ascontiguousarray(G[:, ::-1]), BT),
+            "backward_filter": backward_filter.as_float(dtype)}
 
 
 def tile_grid(p: ConvParams, op: str, m: int) -> tuple[int, int]:

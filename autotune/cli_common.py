@@ -1,0 +1,60 @@
+"""What the two command lines (``python -m autotune`` and ``python -m autotune train``) share: option types,
+the JSON output, and the one line a Ctrl-C prints."""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+import autotune
+
+from . import cache
+
+
+def positive_int(text: str) -> int:
+    value = int(text) if text.lstrip("-").isdigit() else None
+    if value is None or value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {text!r}")
+    return value
+
+
+def non_negative(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text!r}")
+    return value
+
+
+def write_json(path: str, doc: dict) -> None:
+    """``doc`` as JSON into ``path``, or onto stdout for "-"."""
+    if path == "-":
+        json.dump(doc, sys.stdout, indent=1, default=str)
+        sys.stdout.write("\n")
+    else:
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=1, default=str)
+
+
+def interrupted(cache_path, resume: str) -> int:
+    """Ctrl-C: one line on stderr saying what was kept (the cache entries saved, and where) and how to resume,
+    instead of a traceback; exit status 130 (128 + SIGINT), as a shell gives."""
+    path = cache_path or os.environ.get("AUTOTUNE_CACHE")
+    if cache_path:
+        autotune.save(cache_path)                # --cache is saved after the pass: keep what was tuned so far
+    if path:
+        saved = len(cache.load(path)[0]) if os.path.exists(path) else 0
+        kept = (f"{saved} tuned {'entry' if saved == 1 else 'entries'} of this machine kept in {path}; the same "
+                f"command {resume}")
+    else:
+        tuned = sum(e.source == "benchmark" for e in autotune.dispatch_table())
+        kept = (f"{tuned} key(s) tuned in this run, kept nowhere: --cache PATH (python -m autotune) or "
+                f"AUTOTUNE_CACHE=PATH keeps them for the next run")
+    print(f"interrupted: {kept}", file=sys.stderr)
+    # A compilation cut short leaves llvmlite objects whose __del__ fails when the interpreter exits, each
+    # printing "Exception ignored ... Traceback" after this line: that is not the user's to read.
+    sys.unraisablehook = lambda unraisable: None
+    return 130
