@@ -50,11 +50,12 @@ m*ceil(Ho'/m) + 2, likewise Wpad) and the transformed tiles of a chunk (alpha^2 
 the same with dy padded (N K Hpad Wpad). Backward-filter: the padded x, dy padded to whole tiles (N K (Hpad
 - 2)(Wpad - 2), none when m divides Ho and Wo), the chunk's tiles, S (alpha^2 K Cg) and, when there are
 several chunks, a second S. A chunk is whole rows of tiles, as many as keep its tiles within ``chunk_bytes``.
-Plus, every pass, one scratch row per thread that the transform kernels take turns to use (``_scratch``):
-the largest of their needs, (a^2 + ab + b^2) elements per array transformed at once by a b x a matrix, times
-the arrays of one item: tiles of a block (``tiles_per_block``, at most a chunk's rows), or filters of a block
-(``filter_block``, at most an equal share of the filters per thread): ~80 KiB per thread for winograd_4x4's
-output transform on a 256-tile block in float32, a few KiB on a small layer.
+Plus, every pass, one scratch row per thread that the transform kernels take turns to use (``_scratch``),
+the largest of their needs: a kernel applying a b x a matrix to n arrays at once needs (a^2 + ab + b^2) n
+elements (and ``kernels.SKEW`` twice, between its D, T and Y), n being the tiles of one item
+(``tiles_per_block``, at most a chunk's rows) or its filters (``filter_block``, at most an equal share per
+thread): ~80 KiB per thread for winograd_4x4's output transform on 256 tiles in float32, a few KiB on a small
+layer.
 
 Constraints (every pass): a 3x3 kernel, stride 1, dilation 1; any padding (asymmetric too), any groups.
 Depthwise layers run but are slow: with one channel per group the GEMMs degenerate (forward: an outer product,
