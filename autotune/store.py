@@ -28,6 +28,11 @@ class Table:
                 return entry
             return None
 
+    def get(self, key: Key) -> Entry | None:
+        """The entry of ``key`` (None when there is none), not counted as a hit."""
+        with self._lock:
+            return self._entries.get(key)
+
     def store(self, entry: Entry) -> Entry:
         """Keep ``entry`` under its key (counted as a miss, with its tuning seconds)."""
         with self._lock:

@@ -69,7 +69,7 @@ class Key:
 COLUMNS = (("median ms", 11), ("runs", 6), ("spikes", 8), ("warm-up ms", 12), ("JIT ms", 10), ("error", 10),
            ("workspace MiB", 15))
 #: Entry fields left out of its dict when empty.
-OPTIONAL = ("nonfinite", "jit")
+OPTIONAL = ("nonfinite", "jit", "contended", "confirmed")
 
 
 @dataclass
@@ -118,6 +118,8 @@ class Entry:
     prepare_bytes: dict = field(default_factory=dict)
     nonfinite: dict = field(default_factory=dict)
     jit: dict = field(default_factory=dict)
+    contended: str = ""
+    confirmed: int = 0
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -163,6 +165,9 @@ class Entry:
             jit = f" (JIT {sum(self.jit.values()):.3f} s)" if self.jit else ""
             lines.append(f"  benchmark: {self.algo}" + (f" ({', '.join(gains)})" if gains else "")
                          + f"; tuned in {self.tuning_seconds:.3f} s{jit}, ranked by rule {self.rule!r}")
+            if self.contended:
+                again = "re-timed once already; kept" if self.confirmed else "to be re-timed on a later call"
+                lines.append(f"  measured under contention: {self.contended} ({again})")
             if len(self.tied) > 1:
                 lines.append(f"  a tie within the noise: {', '.join(self.tied)}; {self.algo} chosen by the "
                              f"tie-break (deterministic, then smaller workspace, smaller error, name)")

@@ -12,6 +12,7 @@ so a hit validates nothing again; then one table look-up and the run.
 """
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from dataclasses import dataclass
@@ -32,6 +33,7 @@ from .store import Table
 from .table import CacheInfo, Choice, DispatchTable, Entry, Key
 from .tuning import heuristic_entry, reused_entry, tune
 
+LOG = logging.getLogger("autotune")
 #: ``cache_path=ENV``: the path in the AUTOTUNE_CACHE environment variable, read at first use.
 ENV = "$AUTOTUNE_CACHE"
 
@@ -76,7 +78,7 @@ class Tuner:
                  benchmark_limit=None, workspace_limit=None, patience=None, timer=None, heuristics=None,
                  cache_path=None, retune_warning=8, time_budget=1.0, cost_cap=20.0, min_runs=3, max_runs=50,
                  precision=0.01, abandon_ratio=3.0, settle_ratio=1.1, spike_ratio=1.5, tie_tolerance=0.01,
-                 prune_ratio=6.0):
+                 prune_ratio=6.0, contention_ratio=0.3, confirm_after=1):
         self.algorithms = algorithms
         self.devices = DEVICES if devices is None else list(devices)
         self.benchmark, self.deterministic, self.patience = benchmark, deterministic, patience
@@ -86,8 +88,9 @@ class Tuner:
         self.time_budget, self.cost_cap, self.min_runs, self.max_runs = time_budget, cost_cap, min_runs, max_runs
         self.precision, self.abandon_ratio, self.settle_ratio = precision, abandon_ratio, settle_ratio
         self.spike_ratio, self.tie_tolerance, self.prune_ratio = spike_ratio, tie_tolerance, prune_ratio
+        self.contention_ratio, self.confirm_after = contention_ratio, confirm_after
         self.shapes = ShapeLog(retune_warning)
-        self.table, self._memo = Table(), {}
+        self.table, self._memo, self._hits_since_contended = Table(), {}, {}
         self._tuning = threading.Lock()       # one tuning at a time: timings are not disturbed, a key tunes once
         self._cache_loaded = False
 
@@ -206,7 +209,30 @@ class Tuner:
         if not self._cache_loaded:
             self._load_cache_once()
         registry = self._registry(call.device)
-        return self._lookup(call.key, registry) or self._miss(call.key, a, b, call.device, registry, out), registry
+        entry = self._lookup(call.key, registry)
+        if entry is None:
+            return self._miss(call.key, a, b, call.device, registry, out), registry
+        if entry.contended and not entry.confirmed and self.benchmark:
+            entry = self._confirm(entry, call, a, b, out, registry)
+        return entry, registry
+
+    def _confirm(self, entry: Entry, call: Call, a, b, out, registry: dict) -> Entry:
+        """A choice measured under contention (``tuning.contention``) is timed again on its ``confirm_after``-th
+        hit (the next call, by default: still part of a model's first passes, where tuning is expected), once;
+        the new entry replaces it, marked ``confirmed``."""
+        with self._tuning:
+            seen = self._hits_since_contended.get(call.key, 0) + 1
+            self._hits_since_contended[call.key] = seen
+            current = self.table.get(call.key)
+            if seen < self.confirm_after or current is not entry:
+                return current or entry
+            again = tune(self, call.key, a, b, call.device, registry, out, self.timer or call.device.timer)
+            again.confirmed = entry.confirmed + 1
+            LOG.info("re-timed %s, measured under contention: %s (was %s)", call.key, again.algo, entry.algo)
+            self.table.store(again)
+        if self._cache_file():
+            self.save(self._cache_file())
+        return again
 
     def _fall_back(self, entry: Entry, error, device, registry, call, retry=None):
         """The chosen algorithm failed at a call: the next ranked that runs serves it, and becomes the choice

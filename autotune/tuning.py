@@ -157,8 +157,20 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     entry.algo, entry.tied = choose(clean, tuner.tie_tolerance, lambda n: (
         not registry[n].deterministic, workspace.get(n, 0), entry.errors.get(n, 0.0), n))
     entry.ranked = [entry.algo] + sorted((n for n in entry.times if n != entry.algo), key=entry.times.get)
+    entry.contended = contention(entry.runs, entry.spikes, tuner.contention_ratio)
     entry.tuning_seconds = timer.now() - start
     return entry
+
+
+def contention(runs: dict, spikes: dict, ratio: float) -> str:
+    """Why the race looks measured under contention ("" when it does not): at least ``ratio`` of all timed
+    runs were spikes, as when another thread pool spins on the cores (numpy's OpenBLAS after a user's product,
+    torch's OpenMP after its ops) or another process runs. The tuner confirms such a choice on a later call."""
+    total, spiked = sum(runs.values()), sum(spikes.values())
+    if total >= 6 and spiked >= ratio * total:
+        return (f"{spiked} of {total} timed runs were spikes (over the spike ratio times the candidate's "
+                f"fastest): the cores were shared while it was timed")
+    return ""
 
 
 def no_candidate_left(key: Key, skipped: dict, ranked: list, width: int = 90) -> str:

@@ -4,7 +4,11 @@ what tuning costs, and what a table hit costs; bench/results/cpu-autotune.md.
     python -m bench.autotune                  # quiet, the whole layer set (minutes)
     python -m bench.autotune --neighbour      # tunings beside a process busy on one core
     python -m bench.autotune --both           # both, per layer, in one record (the record: about 10 min)
-    python -m bench.autotune --quick --both   # a smoke test on four small layers, under /tmp unless --out
+    python -m bench.autotune --quick --both   # a smoke test on four small layers, convalgos first, under /tmp
+    python -m bench.autotune --orders numpy   # one import order
+
+Everything below runs in one fresh process per import order (numpy, torch or convalgos imported first:
+``bench.orders``), one order after the other; the record gives each order's figures.
 
 For every layer of ``bench.layers`` and each pass in ``--passes`` (forward by default), with random operands
 and the caller's output buffer:
@@ -23,7 +27,8 @@ and the caller's output buffer:
   more than 5% (below that either choice is fine).
 
 Dispatch overhead: on a small layer, a hit of ``autotune.conv2d`` (``conv2d_input``, ``conv2d_weight``)
-against ``convalgos``' same function with the algorithm the table chose, interleaved, difference of medians.
+against ``convalgos``' same function with the algorithm the table chose, interleaved for 1 s per pass (0.1 s
+with ``--quick``), difference of medians.
 Targets: regret median <= 2% and worst <= 10%; tuning cost median <= 40 and worst <= 150 runs of the choice;
 dispatch overhead <= 10 us.
 """
@@ -45,13 +50,14 @@ import convalgos
 from autotune import measure
 from convalgos import ALGORITHMS, PASSES
 
-from .common import RESULTS, header, write_record
+from . import orders
+from .autotune_report import report
+from .common import RESULTS, write_record
 from .layers import ALL_LAYERS, layer
 
 QUICK = {"3x3.c16.16": layer(1, 16, 16, 16, 3), "dw3x3.c32.16": layer(1, 32, 16, 32, 3, groups=32),
          "1x1.c32.14": layer(1, 32, 14, 32, 1), "5x5.c8.16": layer(1, 8, 16, 8, 5)}
 DISPATCH_LAYER = layer(1, 8, 8, 8, 3)
-REGRET_TARGETS, COST_TARGETS, DISPATCH_TARGET_US = (0.02, 0.10), (40, 150), 10.0
 
 
 class Neighbour:
@@ -142,7 +148,7 @@ def measure_layer(p, op, tunings: int, rounds: int, neighbour, conditions) -> di
     return row
 
 
-def dispatch_overhead(rounds: int) -> dict:
+def dispatch_overhead(rounds: int, min_seconds: float) -> dict:
     """pass -> (microseconds a hit of autotune's function costs over convalgos' same function with the
     algorithm the table chose, over ``convalgos.run`` of that algorithm on the layer's ConvParams built once,
     the algorithm), on ``DISPATCH_LAYER``, called as a user calls them (no out=). The calls go to a fresh
@@ -165,88 +171,34 @@ def dispatch_overhead(rounds: int) -> dict:
             {"autotune": lambda f=ours, a=args: f(*a),
              "convalgos": lambda f=theirs, a=args, n=algo: f(*a, algo=n),
              "run": lambda o=op, a=operands_, n=algo: convalgos.run(ALGORITHMS[n], o, *a, p)},
-            rounds, warmup=20, min_seconds=1.0)
+            rounds, warmup=20, min_seconds=min_seconds)
         median = {k: measure.median(v) for k, v in samples.items()}
         results[op] = ((median["autotune"] - median["convalgos"]) * 1e6,
                        (median["autotune"] - median["run"]) * 1e6, algo)
     return results
 
 
-# ---- the record ---------------------------------------------------------------------------------------------
-def verdict(ok: bool) -> str:
-    return "**met**" if ok else "**missed**"
-
-
-def row_line(name, op, r, conditions) -> str:
-    cells = [f"{name}{'' if op == 'forward' else ' ' + op}", f"{r['best']} {r['times'][r['best']] * 1e3:.3f}",
-             f"{r['gap']:.1%}"]
-    for c in conditions:
-        d = r[c]
-        costs = [k["total"] for k in d["costs"]]
-        cells += [", ".join(d["choices"]) + (f" ({d['ties']} tied)" if d["ties"] else ""), f"{max(d['regrets']):.1%}",
-                  f"{np.median(costs):.0f}" if costs else "-"]
-    cells += [f"{r['heuristic']} ({r['heuristic_regret']:.1%})", f"{r['first_seconds']:.2f}"]
-    return "| " + " | ".join(cells) + " |"
-
-
-def totals(rows, condition) -> list:
-    regrets = [g for r in rows for g in r[condition]["regrets"]]
-    costs = [k for r in rows for k in r[condition]["costs"]]
-    total = [k["total"] for k in costs]
-    separated = [r for r in rows if r["gap"] > 0.05]
-    agree = np.mean([r[condition]["agree"] for r in separated]) if separated else float("nan")
-    chosen = sum(r["times"][c] for r in rows for c in r[condition]["choices"]) / len(rows[0][condition]["choices"])
-    best = sum(r["times"][r["best"]] for r in rows)
-    med, worst = np.median(regrets), max(regrets)
-    lines = [f"- regret of the tuned choice: median {med:.1%}, worst {worst:.1%} (targets <= "
-             f"{REGRET_TARGETS[0]:.0%}, <= {REGRET_TARGETS[1]:.0%}): {verdict(med <= REGRET_TARGETS[0])}, "
-             f"{verdict(worst <= REGRET_TARGETS[1])}",
-             f"- sum over layers: chosen {chosen * 1e3:.1f} ms (mean over tunings) against the oracle's best "
-             f"{best * 1e3:.1f} ms",
-             f"- same choice in {agree:.0%} of tunings on the {len(separated)} layers whose two best differ by "
-             "more than 5%"]
-    if total:
-        med, worst = np.median(total), max(total)
-        parts = {k: np.median([c[k] for c in costs]) for k in ("warmups", "timed", "rest", "runs")}
-        lines.append(f"- tuning cost in runs of the chosen algorithm (every tuning but each layer's first): median "
-                     f"{med:.0f}, worst {worst:.0f} (targets <= {COST_TARGETS[0]}, <= {COST_TARGETS[1]}): "
-                     f"{verdict(med <= COST_TARGETS[0])}, {verdict(worst <= COST_TARGETS[1])}; medians of its parts: "
-                     f"warm-ups {parts['warmups']:.0f}, timed runs ~{parts['timed']:.0f} "
-                     f"({parts['runs']:.0f} runs), the rest (reference check, bookkeeping) {parts['rest']:.0f}")
-    return lines
-
-
-def report(rows: dict, conditions, dispatch: dict, args) -> str:
-    flags = " ".join(f for f, on in (("--quick", args.quick), ("--both", args.both),
-                                     ("--neighbour", args.neighbour and not args.both)) if on)
-    command = (f"python -m bench.autotune {flags} --tunings {args.tunings} --oracle-rounds {args.oracle_rounds} "
-               f"--passes {' '.join(args.passes)}").replace("  ", " ")
-    head = ["| layer | oracle best (ms) | 2nd best gap |"]
-    for c in conditions:
-        head.append(f" {c}: chosen (each tuning) | regret | cost in runs |")
-    lines = [header("autotune: regret, tuning cost and dispatch overhead on the CPU"),
-             f"Command: `{command}`. Algorithms: {', '.join(ALGORITHMS)}. Conditions: "
-             + ", ".join({"quiet": "quiet (nothing else started)",
-                          "neighbour": "neighbour (a pure-Python busy loop on one core during the tunings)"}[c]
-                         for c in conditions)
-             + ". The oracle re-times every candidate quietly. Each tuning writes into the caller's buffer (out=). "
-             "Regret: the worst of the layer's tunings; cost: the median over its tunings but the first.\n",
-             "".join(head) + " heuristic (regret) | first tuning s |",
-             "|---" * (5 + 3 * len(conditions)) + "|"]
-    lines += [row_line(name, op, r, conditions) for (name, op), r in rows.items()]
-    for c in conditions:
-        lines += ["", f"## Totals: {c}", ""] + totals(list(rows.values()), c)
-    heur = [r["heuristic_regret"] for r in rows.values()]
-    lines.append(f"\nRegret of the heuristic's choice (benchmark off): median {np.nanmedian(heur):.1%}, "
-                 f"worst {np.nanmax(heur):.1%}.")
-    lines += ["", "## Dispatch overhead", "",
-              f"A hit of `autotune.<pass>` over `convalgos.<pass>(..., algo=<the choice>)` on `{DISPATCH_LAYER}`, "
-              "difference of the medians of interleaved calls (target <= 10 us); beside it, over "
-              "`convalgos.run(<the choice>, ...)` with the layer's ConvParams built once (no validation at all):", ""]
-    for condition, per_pass in dispatch.items():
-        lines += [f"- {condition}, {op}: **{us:.1f} us** ({algo}): {verdict(us <= DISPATCH_TARGET_US)}; over "
-                  f"convalgos.run {bare:.1f} us" for op, (us, bare, algo) in per_pass.items()]
-    return "\n".join(lines) + "\n"
+def measure_all(args, conditions) -> dict:
+    """What a child process measures (JSON): every layer's row, and the dispatch overhead per condition."""
+    layers = QUICK if args.quick else ALL_LAYERS
+    neighbour = Neighbour() if "neighbour" in conditions else None
+    try:
+        rows = []
+        for name, p in layers.items():
+            for op in args.passes:
+                r = measure_layer(p, op, args.tunings, args.oracle_rounds, neighbour, conditions)
+                rows.append([name, op, {**r, "params": str(p)}])
+                print(f"{name:<28} {op:<16} best {r['best']:<13} "
+                      + "  ".join(f"{c}: {','.join(r[c]['choices'])} regret {max(r[c]['regrets']):.1%}"
+                                  for c in conditions), file=sys.stderr, flush=True)
+        dispatch = {}
+        for c in conditions:
+            with disturbed(neighbour, c):
+                dispatch[c] = dispatch_overhead(200, 0.1) if args.quick else dispatch_overhead(2000, 1.0)
+    finally:
+        if neighbour is not None:
+            neighbour.close()
+    return {"rows": rows, "dispatch": dispatch}
 
 
 def main(argv=None):
@@ -260,30 +212,19 @@ def main(argv=None):
     ap.add_argument("--passes", nargs="+", choices=PASSES, default=["forward"])
     ap.add_argument("--out", type=Path, default=None, help="markdown path (default bench/results/cpu-autotune.md; "
                                                          "/tmp/cpu-autotune-quick.md with --quick)")
+    orders.add_arguments(ap, rounds=None)
     args = ap.parse_args(argv)
+    orders.resolve(args, rounds=1)
     args.tunings = args.tunings or (2 if args.quick else 3)
     args.oracle_rounds = args.oracle_rounds or (3 if args.quick else 15)
-    out = args.out or (Path("/tmp/cpu-autotune-quick.md") if args.quick else RESULTS / "cpu-autotune.md")
     conditions = ["quiet", "neighbour"] if args.both else ["neighbour"] if args.neighbour else ["quiet"]
-    layers = QUICK if args.quick else ALL_LAYERS
-    neighbour = Neighbour() if "neighbour" in conditions else None
-    try:
-        rows = {}
-        for name, p in layers.items():
-            for op in args.passes:
-                rows[(name, op)] = r = measure_layer(p, op, args.tunings, args.oracle_rounds, neighbour, conditions)
-                print(f"{name:<28} {op:<16} best {r['best']:<13} "
-                      + "  ".join(f"{c}: {','.join(r[c]['choices'])} regret {max(r[c]['regrets']):.1%}"
-                                  for c in conditions), flush=True)
-        dispatch = {}
-        for c in conditions:
-            with disturbed(neighbour, c):
-                dispatch[c] = dispatch_overhead(200 if args.quick else 2000)
-    finally:
-        if neighbour is not None:
-            neighbour.close()
-    text = report(rows, conditions, dispatch, args)
-    write_record(out, text)
+    if args.child:
+        return orders.emit(measure_all(args, conditions))
+    out = args.out or (Path("/tmp/cpu-autotune-quick.md") if args.quick else RESULTS / "cpu-autotune.md")
+    child = ["--child", "--tunings", str(args.tunings), "--oracle-rounds", str(args.oracle_rounds),
+             "--passes", *args.passes] + [f"--{flag}" for flag in ("quick", "neighbour", "both") if getattr(args, flag)]
+    per_order = {order: children[0] for order, children in orders.run("bench.autotune", child, args).items()}
+    write_record(out, report(per_order, conditions, args, str(DISPATCH_LAYER)))
 
 
 if __name__ == "__main__":

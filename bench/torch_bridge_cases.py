@@ -1,5 +1,6 @@
-"""The cases of ``bench.torch_bridge``, each run in a fresh process that imported torch and autotune in the order
-under test before importing this module; ``main`` prints one JSON line with the case's numbers.
+"""The cases of ``bench.torch_bridge``, each run in a fresh process whose first import is the order's under test
+(``python -m bench.orders ORDER bench.torch_bridge_cases CASE [--quick] [--rounds N]``); ``main`` prints one
+JSON line with the case's numbers.
 
 - ``train``: a training step (forward, cross-entropy, backward, SGD) of a torch ResNet-20 converted by
   ``autotune.torch.convert``, against the same model unconverted, interleaved; then each conv layer's three
@@ -15,8 +16,8 @@ Benchmark mode is on: the first (untimed) run tunes every pass; its seconds are 
 """
 from __future__ import annotations
 
+import argparse
 import copy
-import json
 import time
 
 import numba
@@ -28,6 +29,7 @@ import autotune.torch as at
 import convalgos
 from autotune import measure, models
 
+from . import orders
 from .torch_twin import torch_twin
 
 F = torch.nn.functional
@@ -143,13 +145,22 @@ def call_case(reps: int, rounds: int) -> dict:
     return {"algorithm": entry.algo, "us": {n: measure.median(s) / reps * 1e6 for n, s in samples.items()}}
 
 
-def main(case: str, quick: bool, rounds: int) -> None:
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description="one case of bench.torch_bridge, printed as JSON")
+    ap.add_argument("case", choices=("train", "eval", "call"))
+    ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args(argv)
     autotune.benchmark = True
-    if case == "train":
-        result = train_case(4 if quick else 32, rounds)
-    elif case == "eval":
-        result = eval_case(64 if quick else 224, rounds)
+    if args.case == "train":
+        result = train_case(4 if args.quick else 32, args.rounds)
+    elif args.case == "eval":
+        result = eval_case(64 if args.quick else 224, args.rounds)
     else:
-        result = call_case(50 if quick else 500, rounds)
+        result = call_case(50 if args.quick else 500, args.rounds)
     result["threads"] = {"numba": numba.get_num_threads(), "torch": torch.get_num_threads()}
-    print(json.dumps(result))
+    orders.emit(result)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,11 +1,14 @@
 """One training step (forward, backward, SGD update) of LeNet-5 b64 and ResNet-20 b32: autotuned, forced to
-each single algorithm, and torch's twin of the model; bench/results/cpu-train.md.
+each single algorithm, and torch's twin of the model, in each import order; bench/results/cpu-train.md.
 
-    python -m bench.train            # the record (a few minutes on a quiet machine)
-    python -m bench.train --quick    # a smoke test: batches of 4 and 2, two rounds, under /tmp unless --out
+    python -m bench.train            # the record
+    python -m bench.train --quick    # a smoke test: batches of 4 and 2, two rounds, convalgos first, under /tmp
+    python -m bench.train --models resnet20 --orders numpy,convalgos --out /tmp/train.md
 
-Per model, every mode trains its own copy of the same weights with ``optim.SGD(lr=0.1, momentum=0.9,
-weight_decay=5e-4)`` on one fixed batch with random labels:
+Each model is measured in fresh processes, one per import order (numpy, torch or convalgos imported first) and
+round, the orders rotated round by round (``bench.orders``); the record pools the samples of an order's
+processes. In each process, after a JIT warm-up, every mode trains its own copy of the same weights with
+``optim.SGD(lr=0.1, momentum=0.9, weight_decay=5e-4)`` on one fixed batch with random labels:
 
 - ``autotuned``: every pass of every conv through a benchmark-mode Tuner (tuned cold on the first step, after
   a JIT warm-up on batch-2 copies, so compilation is reported apart);
@@ -27,7 +30,6 @@ import argparse
 from collections import OrderedDict, defaultdict
 from pathlib import Path
 
-import convalgos  # noqa: F401 - before torch: it sets how every OpenMP runtime waits
 import numba
 import numpy as np
 
@@ -35,9 +37,10 @@ import autotune
 from autotune import measure, models, nn, optim, profile
 from convalgos import ALGORITHMS, PASSES
 
+from . import orders
 from .common import RESULTS, write_record
 from .torch_twin import torch_twin
-from .train_report import ABANDON, report
+from .train_report import ABANDON, report, summarize
 
 #: (label, model, batch) of the record and of --quick.
 NETS = [("LeNet-5 b64", "lenet5", 64), ("ResNet-20 b32", "resnet20", 32)]
@@ -185,15 +188,14 @@ def pass_pair(tuner, conv, p, rng) -> dict:
 
 
 def alone(tuner, net, calls, ran, rounds) -> dict:
-    """(ConvParams, pass) -> {"ours": s, "torch": s} for each distinct layer and pass the step ran, timed
-    alone: ours and torch's interleaved."""
-    convs, rng, results = dict(nn.conv_layers(net)), np.random.default_rng(3), {}
+    """{str(ConvParams): {pass: {"ours": [s, ...], "torch": [s, ...]}}} for each distinct layer and pass the
+    step ran, timed alone: ours and torch's interleaved."""
+    convs, rng, results = dict(nn.conv_layers(net)), np.random.default_rng(3), defaultdict(dict)
     for name, p in calls:
         pairs = pass_pair(tuner, convs[name], p, rng)
         for op, (ours, theirs) in pairs.items():
-            if (name, op) in ran and (p, op) not in results:
-                samples = measure.interleaved({"ours": ours, "torch": theirs}, rounds, min_seconds=0.1)
-                results[(p, op)] = {who: measure.median(s) for who, s in samples.items()}
+            if (name, op) in ran and op not in results[str(p)]:
+                results[str(p)][op] = measure.interleaved({"ours": ours, "torch": theirs}, rounds, min_seconds=0.1)
     return results
 
 
@@ -226,38 +228,50 @@ def measure_model(model_name, batch, rounds, min_seconds) -> dict:
         logs[name].clear()
     kept = {n: s for n, s in steps.items() if n not in abandoned}
     samples = measure.interleaved(kept, rounds, timer=timer, warmup=0, min_seconds=min_seconds)
-    times = {n: measure.median(samples[n]) if n in samples else warm[n] for n in steps}
-    parts = {n: {key: measure.median(s) for key, s in log.items()} for n, log in logs.items()}
     calls = profile.conv_calls(base, x.shape)
-    torch_alone = alone(tuner, base, calls, set(parts["autotuned"]), max(3, rounds)) if "torch" in steps else {}
-    paired = np.array(samples["autotuned"]) / np.array(samples["torch"]) if "torch" in samples else np.array([])
-    return {"times": times, "rounds": {n: len(s) for n, s in samples.items()}, "abandoned": abandoned,
-            "round_ratios": paired,
-            "parts": parts, "losses": losses, "cold": cold, "unsupported": unsupported, "calls": calls,
-            "chosen": {(e.key.params, e.key.op): e.algo for e in entries}, "alone": torch_alone}
+    ran = set(logs["autotuned"])
+    torch_alone = alone(tuner, base, calls, ran, max(3, rounds)) if "torch" in steps else {}
+    parts, chosen = {n: defaultdict(dict) for n in logs}, defaultdict(dict)
+    for n, log in logs.items():
+        for (layer, op), s in log.items():
+            parts[n][layer][op] = s
+    for e in entries:
+        chosen[str(e.key.params)][e.key.op] = e.algo
+    return {"times": {n: samples.get(n, [warm[n]]) for n in steps}, "abandoned": sorted(abandoned),
+            "parts": parts, "losses": losses, "cold": cold, "unsupported": unsupported,
+            "calls": {name: str(p) for name, p in calls}, "alone": torch_alone,
+            "chosen": chosen}
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--quick", action="store_true", help="batches of 4 and 2, two rounds (a smoke test)")
-    ap.add_argument("--rounds", type=int, default=None, help="interleaved rounds at least (default 10; 2 quick)")
+    ap.add_argument("--rounds", type=int, default=None,
+                    help="interleaved rounds at least, in each process (default 10; 2 quick)")
     ap.add_argument("--min-seconds", type=float, default=None,
-                    help="more rounds while they last under this (default 20; 0 quick)")
+                    help="more rounds while they last under this, in each process (default 10; 0 quick)")
+    ap.add_argument("--models", default=None, help="comma-separated model names to run (default: both)")
     ap.add_argument("--out", type=Path, default=None,
                     help="markdown path (default bench/results/cpu-train.md; /tmp/cpu-train-quick.md with --quick)")
+    orders.add_arguments(ap)
     args = ap.parse_args(argv)
+    orders.resolve(args)
     rounds = args.rounds or (2 if args.quick else 10)
-    min_seconds = args.min_seconds if args.min_seconds is not None else (0.0 if args.quick else 20.0)
+    min_seconds = args.min_seconds if args.min_seconds is not None else (0.0 if args.quick else 10.0)
+    chosen = set(args.models.split(",")) if args.models else None
+    nets = [net for net in (QUICK if args.quick else NETS) if chosen is None or net[1] in chosen]
+    if args.child:
+        compile_s = jit_warmup([model for _, model, _ in nets])
+        return orders.emit({label: {**measure_model(model, batch, rounds, min_seconds), "compile": compile_s}
+                            for label, model, batch in nets})
     out = args.out or (Path("/tmp/cpu-train-quick.md") if args.quick else RESULTS / "cpu-train.md")
-    nets = QUICK if args.quick else NETS
-    compile_s = jit_warmup(list(dict.fromkeys(model for _, model, _ in nets)))
-    print(f"JIT warm-up {compile_s:.1f} s", flush=True)
     results = {}
     for label, model_name, batch in nets:
-        print(f"{label} ...", flush=True)
-        results[label] = (model_name, measure_model(model_name, batch, rounds, min_seconds))
-    text = report(results, args, rounds, compile_s)
-    write_record(out, text)
+        child = ["--child", "--models", model_name, "--rounds", str(rounds), "--min-seconds", str(min_seconds)]
+        per_order = orders.run("bench.train", child + (["--quick"] if args.quick else []), args, label)
+        results[label] = (model_name, {o: summarize(orders.merge([c[label] for c in cs]))
+                                       for o, cs in per_order.items()})
+    write_record(out, report(results, args, rounds, min_seconds))
 
 
 if __name__ == "__main__":

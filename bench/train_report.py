@@ -1,12 +1,16 @@
-"""The record of ``python -m bench.train`` (bench/results/cpu-train.md): the step table, the targets judged
-from the numbers, the cold tuning and the per-layer choices."""
+"""The record of ``python -m bench.train`` (bench/results/cpu-train.md): the step in each import order, then
+per order the step table and the targets judged from the numbers, the cold tuning, and the per-layer choices."""
 from __future__ import annotations
+
+from collections import Counter
 
 import numba
 import numpy as np
 
+from autotune import measure
 from convalgos import PASSES
 
+from . import orders
 from .common import header
 
 #: the issues' targets: step / torch's step per model (#9: 1.5 for both; #12, speed: 1.0 for ResNet-20),
@@ -19,6 +23,34 @@ ABANDON = 4.0
 
 def ms(seconds) -> str:
     return f"{seconds * 1e3:.1f}"
+
+
+def choice(algos: list) -> str:
+    """A pass's autotuned choice over the processes: one name, or each name with its count."""
+    counts = Counter(algos)
+    return algos[0] if len(counts) == 1 else ", ".join(f"{a} {k}/{len(algos)}" for a, k in counts.most_common())
+
+
+def summarize(m: dict) -> dict:
+    """One order's children pooled (``orders.merge`` of ``bench.train.measure_model``'s JSON), in the form the
+    record reads: medians over the pooled samples, (layer, pass) and (shape, pass) keys, choices counted."""
+    med = measure.median
+    times, abandoned = m["times"], set(m["abandoned"])
+    auto, theirs = times["autotuned"], times.get("torch", [])
+    paired = (np.array(auto) / np.array(theirs) if theirs and "torch" not in abandoned and len(auto) == len(theirs)
+              else np.array([]))
+    return {"times": {n: med(s) for n, s in times.items()}, "steps": {n: len(s) for n, s in times.items()},
+            "abandoned": abandoned, "round_ratios": paired, "losses": {n: v[0] for n, v in m["losses"].items()},
+            "parts": {n: {(layer, op): med(s) for layer, per in log.items() for op, s in per.items()}
+                      for n, log in m["parts"].items()},
+            "cold": {"wall": med(m["cold"]["wall"]), "late_compile": med(m["cold"]["late_compile"]),
+                     "passes": {op: med(s) for op, s in m["cold"]["passes"].items()}},
+            "unsupported": {n: k[0] for n, k in m["unsupported"].items()},
+            "calls": [(name, shapes[0]) for name, shapes in m["calls"].items()],
+            "chosen": {(p, op): choice(a) for p, per in m["chosen"].items() for op, a in per.items()},
+            "alone": {(p, op): {who: med(s) for who, s in d.items()} for p, per in m["alone"].items()
+                      for op, d in per.items()},
+            "compile": med(m["compile"]), "processes": len(m["compile"])}
 
 
 def pass_sums(parts: dict) -> dict:
@@ -43,7 +75,7 @@ def summary_rows(label, r) -> list:
         else:
             conv = pass_sums(r["parts"][mode])
             cells, other = [ms(conv[op]) for op in PASSES], ms(t - sum(conv.values()))
-        step = f"{ms(t)} (1 step)" if mode in r["abandoned"] else ms(t)
+        step = f"{ms(t)} ({r['steps'][mode]} steps)" if mode in r["abandoned"] else ms(t)
         mark = "**" if mode == "autotuned" else ""
         ratio = f"{t / torch_s:.2f}" if torch_s else "-"
         rows.append(f"| {label} | {mark}{mode}{mark} | {step} | " + " | ".join(cells)
@@ -113,37 +145,72 @@ def layer_rows(r) -> list:
     return rows
 
 
-def report(results, args, rounds, compile_s) -> str:
+def order_rows(label, per_order) -> list:
+    """The step per import order: autotuned against forced direct, the best single algorithm and torch."""
+    rows = []
+    for order, r in per_order.items():
+        t = r["times"]
+        singles = {n: v for n, v in t.items() if n not in ("autotuned", "torch")}
+        best = min(singles, key=singles.get) if singles else None
+        base = per_order.get("convalgos")
+        paired = r["round_ratios"]
+        cells = [f"**{ms(t['autotuned'])}**", ms(t["direct"]) if "direct" in t else "-",
+                 f"{ms(singles[best])} ({best})" if best else "-", ms(t["torch"]) if "torch" in t else "-",
+                 f"{t['autotuned'] / t['direct']:.2f}" if "direct" in t else "-",
+                 f"{t['autotuned'] / singles[best]:.2f}" if best else "-",
+                 f"{t['autotuned'] / t['torch']:.2f}" if "torch" in t else "-",
+                 f"{np.percentile(paired, 25):.2f}-{np.percentile(paired, 75):.2f}" if len(paired) >= 4 else "-",
+                 f"{t['autotuned'] / base['times']['autotuned']:.2f}" if base else "-"]
+        rows.append(f"| {label} | {order} | " + " | ".join(cells) + " |")
+    return rows
+
+
+def report(results, args, rounds, min_seconds) -> str:
     command = "python -m bench.train" + (" --quick" if args.quick else "")
-    lines = [header("CPU training step: autotuned, each single algorithm, and torch"),
-             f"Command: `{command}`; {rounds} interleaved rounds at least. numba and torch with "
-             f"{numba.get_num_threads()} threads. One training step = forward, CrossEntropyLoss, backward, "
+    first = next(iter(results.values()))[1]
+    lines = [header("CPU training step: autotuned, each single algorithm, and torch, in each import order"),
+             f"Command: `{command}`; {orders.describe(args)}; in each process a JIT warm-up, then {rounds} "
+             f"interleaved rounds at least (more while under {min_seconds:g} s), pooled per order. numba and torch "
+             f"with {numba.get_num_threads()} threads. One training step = forward, CrossEntropyLoss, backward, "
              f"SGD(lr=0.1, momentum=0.9, weight_decay=5e-4), on one fixed batch with the weights reset (untimed) "
-             "before each step. Step: median ms. Conv columns: the sum over layers of each conv pass's median "
-             "time inside the step; other = step - conv passes (BatchNorm, ReLU, pooling, Linear, loss, update). "
-             "torch's conv columns (~) are its layers timed alone, pass by pass. A mode over "
-             f"{ABANDON:g}x the autotuned step is timed once and left out of the rounds. loss: the step's loss "
-             "from the shared weights (the torch twin must agree).\n",
-             "| model | mode | step ms | forward convs | backward-data convs | backward-filter convs | other | "
-             "step / torch | loss |", "|---" * 9 + "|"]
-    for label, (_, r) in results.items():
-        lines += summary_rows(label, r)
-    lines += ["", "## Targets (from this run)", ""]
-    for label, (model_name, r) in results.items():
-        lines += target_lines(label, model_name, r)
-    lines += ["", "## Cold tuning", "",
-              f"JIT warm-up first (one cold-tuned step of each model at batch 2: every candidate of every pass "
-              f"compiled or loaded from Numba's cache): **{compile_s:.1f} s**, not counted below.", ""]
-    for label, (_, r) in results.items():
-        c = r["cold"]
-        lines.append(f"- {label}: first step {c['wall']:.1f} s; tuning " + ", ".join(
-            f"{op} {s:.1f} s" for op, s in c["passes"].items()) + f" (sum {sum(c['passes'].values()):.1f} s); "
-            f"Numba compiling or loading kernels in it (compilation the warm-up missed): {c['late_compile']:.1f} s. "
-            f"Not forced (keys of the step unsupported): "
-            + (", ".join(f"{n} ({k})" for n, k in r["unsupported"].items()) or "none") + ".")
-    for label, (_, r) in results.items():
-        lines += [f"\n## {label}: per layer", "",
-                  "Each pass: the autotuned choice and its median ms in the step (alone: ours / torch's ms).", "",
-                  "| layer | shape | forward | backward-data | backward-filter |", "|---|---|---|---|---|"]
-        lines += layer_rows(r)
+             "before each step. Step: median ms over the pooled rounds. First import: the module the processes "
+             "imported first (a user's program starts with numpy, or torch, which imports numpy).\n",
+             "| model | first import | autotuned | forced direct | best single | torch | autotuned / direct | "
+             "autotuned / best single | autotuned / torch | its quartiles round by round | autotuned / "
+             "convalgos first |", "|---" * 11 + "|"]
+    for label, (_, per_order) in results.items():
+        lines += order_rows(label, per_order)
+    for order in first:
+        lines += ["", f"## {order} first: every mode", "",
+                  "Conv columns: the sum over layers of each conv pass's median time inside the step; other = step - "
+                  "conv passes (BatchNorm, ReLU, pooling, Linear, loss, update). torch's conv columns (~) are its "
+                  f"layers timed alone, pass by pass. A mode over {ABANDON:g}x the autotuned step is timed once per "
+                  "process and left out of the rounds. loss: the step's loss from the shared weights (the torch "
+                  "twin must agree).", "",
+                  "| model | mode | step ms | forward convs | backward-data convs | backward-filter convs | other | "
+                  "step / torch | loss |", "|---" * 9 + "|"]
+        for label, (_, per_order) in results.items():
+            lines += summary_rows(label, per_order[order])
+        lines += ["", "Targets:", ""]
+        for label, (model_name, per_order) in results.items():
+            lines += target_lines(label, model_name, per_order[order])
+    lines += ["", "## Cold tuning (medians over each order's processes)", ""]
+    for order in first:
+        for label, (_, per_order) in results.items():
+            r = per_order[order]
+            c = r["cold"]
+            lines.append(
+                f"- {label}, {order} first: JIT warm-up {r['compile']:.1f} s (one cold-tuned step at batch 2: every "
+                f"candidate compiled or loaded from Numba's cache, not counted after); first step {c['wall']:.1f} s; "
+                "tuning " + ", ".join(f"{op} {s:.1f} s" for op, s in c["passes"].items())
+                + f" (sum {sum(c['passes'].values()):.1f} s); Numba compiling or loading kernels in it: "
+                f"{c['late_compile']:.1f} s. Not forced (keys of the step unsupported): "
+                + (", ".join(f"{n} ({k})" for n, k in r["unsupported"].items()) or "none") + ".")
+    order = next(iter(first))
+    for label, (_, per_order) in results.items():
+        lines += [f"\n## {label}: per layer, {order} first", "",
+                  "Each pass: the autotuned choice (over the processes) and its median ms in the step (alone: ours / "
+                  "torch's ms).", "", "| layer | shape | forward | backward-data | backward-filter |",
+                  "|---|---|---|---|---|"]
+        lines += layer_rows(per_order[order])
     return "\n".join(lines) + "\n"

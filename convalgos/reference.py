@@ -10,12 +10,15 @@ The two backward passes are the same loop read the other way round (the chain ru
     dxpad[n, g*Cg + c, i*sh + r*dh, j*sw + s*dw] += sum_k dy[n, k, i, j] * w[k, c, r, s]   then crop the padding
     dw[k, c, r, s] = sum_{n, i, j} dy[n, k, i, j] * xpad[n, g*Cg + c, i*sh + r*dh, j*sw + s*dw]
 
-Input rows or columns that no output reads (cut off by the stride) get a zero gradient, as in torch.
+Input rows or columns that no output reads (cut off by the stride) get a zero gradient, as in torch. The
+per-tap products go through ``gemm.matmul`` (convalgos' BLAS), so the tuner's check, which runs this, wakes
+none of numpy's BLAS threads in a user's process.
 """
 from __future__ import annotations
 
 import numpy as np
 
+from .gemm import matmul
 from .params import ConvParams
 
 
@@ -40,7 +43,8 @@ def forward(x, w, p: ConvParams) -> np.ndarray:
     y = np.zeros(p.out_shape, dtype=np.float64)
     for g, r, s, (rows, cols) in _taps(p):
         ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
-        y[:, ks] += np.einsum("nchw,kc->nkhw", xpad[:, cs, rows, cols], w[ks, :, r, s], optimize=True)
+        x_tap = xpad[:, cs, rows, cols].reshape(p.N, p.Cg, -1)                  # (N, Cg, Ho*Wo)
+        y[:, ks] += matmul(w[ks, :, r, s], x_tap).reshape(p.N, p.Kg, *p.out_hw)
     return y
 
 
@@ -51,7 +55,8 @@ def backward_data(dy, w, p: ConvParams) -> np.ndarray:
     dxpad = np.zeros((p.N, p.C) + p.padded_hw, dtype=np.float64)
     for g, r, s, (rows, cols) in _taps(p):
         ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
-        dxpad[:, cs, rows, cols] += np.einsum("nkhw,kc->nchw", dy[:, ks], w[ks, :, r, s], optimize=True)
+        dy_group = dy[:, ks].reshape(p.N, p.Kg, -1)                              # (N, Kg, Ho*Wo)
+        dxpad[:, cs, rows, cols] += matmul(w[ks, :, r, s].T, dy_group).reshape(p.N, p.Cg, *p.out_hw)
     return dxpad[:, :, t:t + p.H, l:l + p.W].copy()
 
 
@@ -61,7 +66,9 @@ def backward_filter(x, dy, p: ConvParams) -> np.ndarray:
     dw = np.zeros(p.weight_shape, dtype=np.float64)
     for g, r, s, (rows, cols) in _taps(p):
         ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
-        dw[ks, :, r, s] = np.einsum("nkhw,nchw->kc", dy[:, ks], xpad[:, cs, rows, cols], optimize=True)
+        dy_group = dy[:, ks].reshape(p.N, p.Kg, -1)
+        x_tap = xpad[:, cs, rows, cols].reshape(p.N, p.Cg, -1)
+        dw[ks, :, r, s] = matmul(dy_group, x_tap.transpose(0, 2, 1)).sum(axis=0)
     return dw
 
 

@@ -1,5 +1,8 @@
 """The benchmarks' own machinery on tiny layers: the torch twin of a model, a clocked training step and its reset,
-one layer's passes timed, and the noisy neighbour. Timings are never asserted, only what was timed."""
+one layer's passes timed, the noisy neighbour, and the import orders (fresh processes, each with its first
+import; bench.nets, bench.train and bench.autotune --quick end to end, one child process each). Timings are never
+asserted, only what was timed."""
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -9,7 +12,8 @@ import pytest
 
 import autotune
 from autotune import models, nn
-from bench import algorithms, train
+from bench import algorithms, nets, orders, train
+from bench import autotune as autotune_bench
 from bench.autotune import Neighbour
 from bench.layers import layer
 from convalgos import ALGORITHMS, PASSES
@@ -73,3 +77,32 @@ def test_neighbour_is_stopped_outside_busy_and_ends_on_close():
     finally:
         neighbour.close()
     assert neighbour.process.returncode is not None
+
+
+def test_bench_loads_nothing_and_a_child_refuses_a_first_import_that_came_late():
+    root = orders.ROOT
+    code = "import sys, bench, bench.orders; print([m for m in bench.orders.HEAVY if m in sys.modules])"
+    done = subprocess.run([sys.executable, "-c", code], cwd=root, capture_output=True, text=True)
+    assert done.stdout.strip() == "[]", done.stderr
+    late = "import numpy; from bench import orders; orders.main(['torch', 'json.tool'])"
+    done = subprocess.run([sys.executable, "-c", late], cwd=root, capture_output=True, text=True)
+    assert done.returncode != 0 and "numpy loaded before the first import (torch)" in done.stderr
+
+
+def test_merge_pools_samples_and_lists_the_rest():
+    children = [{"conv": {"direct": {"c1": [1.0, 2.0]}}, "tuning": 0.5, "chosen": {"c1": "direct"}},
+                {"conv": {"direct": {"c1": [3.0]}}, "tuning": 0.7, "chosen": {"c1": "im2col"}}]
+    assert orders.merge(children) == {"conv": {"direct": {"c1": [1.0, 2.0, 3.0]}}, "tuning": [0.5, 0.7],
+                                      "chosen": {"c1": ["direct", "im2col"]}}
+
+
+@pytest.mark.parametrize("bench, argv", [
+    (nets, ["--models", "lenet5"]),                         # convalgos first, the --quick default
+    (train, ["--models", "lenet5", "--orders", "numpy"]),
+    (autotune_bench, [])])
+def test_quick_runs_write_a_record_from_one_child_process(bench, argv, tmp_path, capsys):
+    out = tmp_path / "record.md"
+    bench.main(["--quick", "--out", str(out)] + argv)
+    assert capsys.readouterr().out.count(" first, round ") == 1
+    text = out.read_text()
+    assert "fresh process" in text and ("numpy |" if "numpy" in argv else "convalgos |") in text

@@ -108,6 +108,7 @@ def test_multiplies_are_counted_as_done_and_drop_against_direct(name, op, shape,
     counting = CountingNumpy()
     monkeypatch.setattr(convalgos.winograd.cpu, "np", counting)
     monkeypatch.setattr(convalgos.winograd.cpu, "outer_products", counting.outer_products)
+    monkeypatch.setattr(convalgos.winograd.cpu, "matmul", counting.matmul)
     algo.release()
     getattr(algo, op)(*operands(p, op), p, np.empty(p.result_shape(op), np.float32))
     tiled = (p.H, p.W) if op == "backward_data" else p.out_hw           # dx's tiles, else y's (dy's)

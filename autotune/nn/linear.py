@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from convalgos.gemm import matmul
+
 from .module import Module, he_normal
 
 
@@ -33,15 +35,15 @@ class Linear(Module):
 
     def forward(self, x):
         self.save_for_backward(x)
-        y = x @ self.weight.T.astype(x.dtype, copy=False)
+        y = matmul(x, self.weight.T.astype(x.dtype, copy=False))
         return y if self.bias is None else y + self.bias.astype(x.dtype, copy=False)
 
     def backward_from(self, saved, dy, input_grad):
         (x,) = saved
-        self.accumulate_grad("weight", dy.T @ x.astype(dy.dtype, copy=False))
+        self.accumulate_grad("weight", matmul(dy.T, x.astype(dy.dtype, copy=False)))
         if self.bias is not None:
             self.accumulate_grad("bias", dy.sum(axis=0))
-        return dy @ self.weight.astype(dy.dtype, copy=False) if input_grad else None
+        return matmul(dy, self.weight.astype(dy.dtype, copy=False)) if input_grad else None
 
     def extra_repr(self) -> str:
         return f"in_features={self.weight.shape[1]}, out_features={self.weight.shape[0]}"

@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from convalgos.gemm import matmul
+
 from . import kernels
 from .module import Module, pair
 
@@ -174,7 +176,7 @@ def _separable(a, ph, pw):
     """ph @ a @ pw.T over the last two axes of (N, C, h, w) ``a``, as two GEMMs; float16 computed in float32."""
     N, C, h, w = a.shape
     ct = np.promote_types(a.dtype, np.float32)
-    cols = a.reshape(-1, w).astype(ct, copy=False) @ pw.T.astype(ct)                 # (N*C*h, ow)
+    cols = matmul(a.reshape(-1, w).astype(ct, copy=False), pw.T.astype(ct))                 # (N*C*h, ow)
     ow, oh = pw.shape[0], ph.shape[0]
-    rows = ph.astype(ct) @ cols.reshape(N * C, h, ow).transpose(1, 0, 2).reshape(h, -1)  # (oh, N*C*ow)
+    rows = matmul(ph.astype(ct), cols.reshape(N * C, h, ow).transpose(1, 0, 2).reshape(h, -1))  # (oh, N*C*ow)
     return np.ascontiguousarray(rows.reshape(oh, N, C, ow).transpose(1, 2, 0, 3), dtype=a.dtype)

@@ -19,11 +19,11 @@ may claim); everything is imported here, so ``autotune.profile.<name>`` is the o
 from .layers import (ConvProfile, accepted_sizes, conv_calls, device_description, first_pass, forced_passes,
                      forward_entries, gpu_problem, grouped_reasons, layer_lines, spans, torch_conv2d,
                      unsupported_layers)
-from .passes import (Abandoned, as_conv, compare, jit_warmup, layer_workload, model_workload, summary,
-                     time_layers, time_passes)
+from .passes import (Abandoned, as_conv, compare, jit_warmup, layer_samples, layer_workload, model_workload,
+                     summary, time_layers, time_passes)
 
 __all__ = ["ConvProfile", "accepted_sizes", "conv_calls", "device_description", "first_pass", "forced_passes",
            "forward_entries", "gpu_problem", "grouped_reasons", "layer_lines", "spans", "torch_conv2d",
            "unsupported_layers",
-           "Abandoned", "as_conv", "compare", "jit_warmup", "layer_workload", "model_workload", "summary",
-           "time_layers", "time_passes"]
+           "Abandoned", "as_conv", "compare", "jit_warmup", "layer_samples", "layer_workload", "model_workload",
+           "summary", "time_layers", "time_passes"]

@@ -111,9 +111,10 @@ def _with_deadline(conv, deadline, done: list, timer):
     return call
 
 
-def time_layers(model, x, passes: dict, rounds: int, *, timer=None) -> dict:
-    """name -> {layer name: median seconds of its conv calls} with every conv of ``model`` computed by
-    ``passes[name]``: whole forward passes in interleaved rounds (one warm-up), each conv timed on its own."""
+def layer_samples(model, x, passes: dict, rounds: int, *, timer=None) -> dict:
+    """name -> {layer name: seconds of its conv call in each timed round} with every conv of ``model`` computed
+    by ``passes[name]``: whole forward passes in interleaved rounds (one warm-up, not kept), each conv timed on
+    its own."""
     samples = {name: [] for name in passes}
     with ConvProfile(model, timer=timer) as prof:
         def run(name):
@@ -121,8 +122,13 @@ def time_layers(model, x, passes: dict, rounds: int, *, timer=None) -> dict:
                 model(x)
             samples[name].append(dict(prof.seconds))
         measure.interleaved({name: functools.partial(run, name) for name in passes}, rounds, timer=timer)
-    return {name: {layer: measure.median([s[layer] for s in runs[1:]]) for layer in runs[0]}
-            for name, runs in samples.items()}
+    return {name: {layer: [s[layer] for s in runs[1:]] for layer in runs[0]} for name, runs in samples.items()}
+
+
+def time_layers(model, x, passes: dict, rounds: int, *, timer=None) -> dict:
+    """name -> {layer name: median seconds of its conv calls} (``layer_samples``' medians)."""
+    return {name: {layer: measure.median(s) for layer, s in per_layer.items()}
+            for name, per_layer in layer_samples(model, x, passes, rounds, timer=timer).items()}
 
 
 def compare(times: dict, choices: list, singles) -> dict:

@@ -15,6 +15,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..arrays import array_module
+from ..gemm import matmul
 from ..params import ConvParams
 from .plan import TilePlan
 
@@ -56,9 +57,9 @@ def lags_of(summed: np.ndarray, p: ConvParams, t: TilePlan, workspace) -> np.nda
     rows, cols = (xp.asarray(m) for m in lag_dft_matrices(t, p.compute_dtype))
     Fw, KC = t.Tw // 2 + 1, p.K * p.Cg * t.sh * t.sw
     lag_rows = workspace.get("fft.lag_rows", (t.Rq, Fw, KC), summed.dtype, xp=xp)
-    xp.matmul(rows, summed.reshape(t.Th, Fw * KC), out=lag_rows.reshape(t.Rq, Fw * KC))
+    matmul(rows, summed.reshape(t.Th, Fw * KC), out=lag_rows.reshape(t.Rq, Fw * KC))
     lags = workspace.get("fft.lags", (t.Rq, t.Sq, KC), summed.dtype, xp=xp)
-    xp.matmul(cols, lag_rows, out=lags)
+    matmul(cols, lag_rows, out=lags)
     return lags.real.reshape(t.Rq, t.Sq, p.K, -1)
 
 

@@ -9,6 +9,7 @@ from functools import lru_cache
 import numpy as np
 
 from ..arrays import array_module
+from ..gemm import matmul
 from ..params import ConvParams
 from .plan import TilePlan
 
@@ -51,10 +52,10 @@ def kernel_spectrum(w: np.ndarray, p: ConvParams, t: TilePlan, workspace, op: st
     kernel = kernel.reshape(t.Rq, t.Sq, KCs)          # a copy when transposed
     cos, sin = (xp.asarray(m) for m in dft_matrices(t.Tw, t.Sq, Fw, dt))
     rows = workspace.get("fft.kernel_rows", (2, t.Rq, Fw, KCs), dt, xp=xp)
-    xp.matmul(cos, kernel, out=rows[0])
-    xp.negative(xp.matmul(sin, kernel, out=rows[1]), out=rows[1])
+    matmul(cos, kernel, out=rows[0])
+    xp.negative(matmul(sin, kernel, out=rows[1]), out=rows[1])
     planar = workspace.get("fft.kernel_planar", (2 * t.Th, Fw * KCs), dt, xp=xp)
-    xp.matmul(xp.asarray(real_dft_along_rows(t.Th, t.Rq, dt)), rows.reshape(2 * t.Rq, Fw * KCs), out=planar)
+    matmul(xp.asarray(real_dft_along_rows(t.Th, t.Rq, dt)), rows.reshape(2 * t.Rq, Fw * KCs), out=planar)
     spectrum = workspace.get("fft.kernel", (t.freqs, KCs), np.result_type(dt, np.complex64), xp=xp)
     spectrum.real = planar[:t.Th].reshape(t.freqs, KCs)
     spectrum.imag = planar[t.Th:].reshape(t.freqs, KCs)

@@ -6,7 +6,7 @@ theorem computes a *circular* convolution of length T as irfft(rfft(x) . rfft(wf
 touches the first R - 1 outputs, so with T >= Ho + R - 1 (the input rows the outputs read) the outputs
 R-1 .. T-1 are exact. Channel mixing happens in the frequency domain, a complex matrix product per bin f:
 
-    forward          Y[f, k, n]  = sum_c Wf[f, k, c] X[f, c, n]          np.matmul on (F, G, Kg, Csg) @ (F, G, Csg, P)
+    forward          Y[f, k, n]  = sum_c Wf[f, k, c] X[f, c, n]          matmul on (F, G, Kg, Csg) @ (F, G, Csg, P)
 
 Dilation: the kernel is dilated (zeros inserted between taps). Stride (sh, sw) > 1: polyphase decomposition.
 With u = a*sh + ph, x[i*sh + u] = x_ph[i + a] where x_ph[m] = x[m*sh + ph] and w_ph[a] = w[a*sh + ph], so a
@@ -84,6 +84,7 @@ import numpy as np
 import scipy.fft
 
 from ..memory import Workspace, workspace_cap
+from ..gemm import matmul
 from ..params import ConvParams
 from ..registry import Algorithm
 from .backward import lags_of, phase_map, pick_lags
@@ -146,7 +147,7 @@ class FFT(Algorithm):
         """Convolve the images of x (a chunk of the batch) with the kernel spectrum into out."""
         spectrum = self.input_spectrum(x, p, t)
         product = self.workspace.get("fft.product", (t.freqs, p.groups, p.Kg, spectrum.shape[-1]), spectrum.dtype)
-        np.matmul(kernel, spectrum, out=product)
+        matmul(kernel, spectrum, out=product)
         scatter_tiles(self.inverse(product, t), t.Rq - 1, t.Sq - 1, t.mh, t.mw, t.nth, t.ntw, out)
 
     # ---- backward_data -------------------------------------------------------------------------------------
@@ -165,7 +166,7 @@ class FFT(Algorithm):
         """dx of the images of dy (a chunk): dy's tiles shifted by the kernel extent, times conj(Wf), scattered."""
         spectrum = self.output_spectrum(dy, p, t, flipped=False)
         product = self.workspace.get("fft.dx_product", kernel.shape[:3] + spectrum.shape[-1:], spectrum.dtype)
-        np.matmul(kernel, spectrum, out=product)
+        matmul(kernel, spectrum, out=product)
         scatter_phases(self.inverse(product, t), t.sh, t.sw, t.nth, t.ntw, rows, cols, out)
 
     # ---- backward_filter -----------------------------------------------------------------------------------
@@ -183,10 +184,10 @@ class FFT(Algorithm):
         xs = self.input_spectrum(x, p, t)
         dys = self.output_spectrum(dy, p, t, flipped=True)
         if first:
-            np.matmul(dys, xs.swapaxes(-1, -2), out=summed)
+            matmul(dys, xs.swapaxes(-1, -2), out=summed)
         else:
             product = self.workspace.get("fft.dw_product", summed.shape, summed.dtype)
-            summed += np.matmul(dys, xs.swapaxes(-1, -2), out=product)
+            summed += matmul(dys, xs.swapaxes(-1, -2), out=product)
 
     # ---- the transforms every pass shares ------------------------------------------------------------------
     def input_spectrum(self, x, p, t):

@@ -19,8 +19,8 @@ dX_g = im2col^T(W_g^T dY_g), and im2col^T, "col2im", adds each entry D[(c*R + r)
 x element that P copied into that place (entries of taps in the padding are dropped; x elements that no output
 reads, cut off by the stride, get zero). Backward-filter is dy times the patches transposed: dW_g = dY_g P^T,
 one GEMM per group summed over the batch. Both identities hold per group; the groups of one product are one
-``np.matmul`` over stacked operands (groups, ...), which NumPy hands to OpenBLAS's GEMM (transposed operands
-as BLAS transposes, no copy). The kernels (``kernels.py``): ``fill_patches`` builds P in parallel over
+``matmul`` over stacked operands (groups, ...) on the BLAS convalgos configures (``convalgos.gemm``: scipy's
+OpenBLAS; transposed operands as BLAS transposes, no copy). The kernels (``kernels.py``): ``fill_patches`` builds P in parallel over
 (image, tap) rows; ``col2im`` gathers each dx row's taps in a fixed order, in parallel over (image, channel,
 row): no two threads write one element, so the result is bitwise repeatable.
 
@@ -68,6 +68,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..kernels.loops import valid_range
+from ..gemm import matmul
 from ..params import ConvParams
 from ..registry import Algorithm, check_pass
 from .kernels import col2im, fill_patches
@@ -191,13 +192,13 @@ class Im2col(Algorithm):
         G = p.groups
         w_groups = w.reshape(G, p.Kg, p.Cg * p.R * p.S)
         if is_zero_copy(p):
-            np.matmul(w_groups, x.reshape(p.N, G, p.Cg, Ho * Wo), out=out.reshape(p.N, G, p.Kg, Ho * Wo))
+            matmul(w_groups, x.reshape(p.N, G, p.Cg, Ho * Wo), out=out.reshape(p.N, G, p.Kg, Ho * Wo))
             return
         patches, products = self._buffers(p, x.dtype)
         for n0, images, i0, rows in self.chunks(p):
             self._fill(x, p, patches, n0, images, i0, rows)
             y = self._band(out, p, products, n0, images, i0, rows)
-            np.matmul(w_groups, patches[:, :, :images * rows * Wo], out=y)
+            matmul(w_groups, patches[:, :, :images * rows * Wo], out=y)
             if products is not None:          # (g, k, b, pixel) -> (b, g, k, pixel)
                 out[n0:n0 + images].reshape(images, G, p.Kg, Ho * Wo)[...] = (
                     y.reshape(G, p.Kg, images, Ho * Wo).transpose(2, 0, 1, 3))
@@ -207,13 +208,13 @@ class Im2col(Algorithm):
         G = p.groups
         w_t = w.reshape(G, p.Kg, p.Cg * p.R * p.S).transpose(0, 2, 1)        # W_g^T, a view
         if is_zero_copy(p):
-            np.matmul(w_t, dy.reshape(p.N, G, p.Kg, Ho * Wo), out=out.reshape(p.N, G, p.Cg, Ho * Wo))
+            matmul(w_t, dy.reshape(p.N, G, p.Kg, Ho * Wo), out=out.reshape(p.N, G, p.Cg, Ho * Wo))
             return
         patches, products = self._buffers(p, dy.dtype)
         (top, _), (left, _) = p.padding
         for n0, images, i0, rows in self.chunks(p):
             dy_chunk = self._gathered(dy, p, products, n0, images, i0, rows)
-            np.matmul(w_t, dy_chunk, out=patches[:, :, :images * rows * Wo])
+            matmul(w_t, dy_chunk, out=patches[:, :, :images * rows * Wo])
             col2im(patches.reshape(-1, patches.shape[2]), n0, images, i0, rows, p.R, p.S, *p.stride, top, left,
                    *p.dilation, Wo, i0 == 0, out)
 
@@ -227,7 +228,7 @@ class Im2col(Algorithm):
         for chunk, (n0, images, i0, rows) in enumerate(self.chunks(p)):
             self._fill(x, p, patches, n0, images, i0, rows)
             dy_chunk = self._gathered(dy, p, products, n0, images, i0, rows)
-            np.matmul(dy_chunk, patches[:, :, :images * rows * p.out_hw[1]].transpose(0, 2, 1),
+            matmul(dy_chunk, patches[:, :, :images * rows * p.out_hw[1]].transpose(0, 2, 1),
                       out=partial if chunk else dw)
             if chunk:
                 dw += partial
@@ -252,9 +253,9 @@ class Im2col(Algorithm):
         for n0 in range(0, p.N, nb):
             images, target = min(nb, p.N - n0), dw if n0 == 0 else partial
             if images == 1:
-                np.matmul(dy_groups[n0], x_t[n0], out=target)
+                matmul(dy_groups[n0], x_t[n0], out=target)
             else:
-                np.matmul(dy_groups[n0:n0 + images], x_t[n0:n0 + images], out=stack[:images])
+                matmul(dy_groups[n0:n0 + images], x_t[n0:n0 + images], out=stack[:images])
                 np.sum(stack[:images], axis=0, out=target)
             if n0 > 0:
                 dw += partial

@@ -92,6 +92,7 @@ from typing import NamedTuple
 import numpy as np
 from numba import get_num_threads
 
+from ..gemm import matmul
 from ..params import ConvParams
 from ..registry import Algorithm
 from .cooktoom import cook_toom
@@ -281,7 +282,7 @@ class Winograd(Algorithm):
             self._transform_tiles(xpad, BT, q0, blocking, scratch, X)
             self._transform_tiles(dy_tiles, G, q0, blocking, scratch, D)
             product = S if q0 == 0 else self.workspace.get("S_chunk", S.shape, x.dtype)
-            np.matmul(D.reshape(a2, p.groups, p.Kg, P), X.reshape(a2, p.groups, p.Cg, P).transpose(0, 1, 3, 2),
+            matmul(D.reshape(a2, p.groups, p.Kg, P), X.reshape(a2, p.groups, p.Cg, P).transpose(0, 1, 3, 2),
                       out=product)
             if product is not S:
                 S += product
@@ -331,7 +332,7 @@ class Winograd(Algorithm):
         shift_into(src, top, left, pad)
         # with one input channel per group (depthwise) each product is (out x 1) @ (1 x P): an outer product,
         # one pass of a kernel where matmul would make alpha^2 * groups tiny calls
-        gemm = outer_products if U.shape[-1] == 1 else np.matmul
+        gemm = outer_products if U.shape[-1] == 1 else matmul
         a2 = self.alpha ** 2
         for q0, P, V, M in self._chunks(p, op, n_in, n_out, src.dtype):
             self._transform_tiles(pad, BT, q0, blocking, scratch, V)
