@@ -43,7 +43,7 @@ def forward(x, w, p: ConvParams) -> np.ndarray:
     y = np.zeros(p.out_shape, dtype=np.float64)
     for g, r, s, (rows, cols) in _taps(p):
         ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
-        x_tap = xpad[:, cs, rows, cols].reshape(p.N, p.Cg, -1)                  # (N, Cg, Ho*Wo)
+        x_tap = xpad[:, cs, rows, cols].reshape(p.N, p.Cg, p.out_hw[0] * p.out_hw[1])  # (N, Cg, Ho*Wo)
         y[:, ks] += matmul(w[ks, :, r, s], x_tap).reshape(p.N, p.Kg, *p.out_hw)
     return y
 
@@ -55,7 +55,7 @@ def backward_data(dy, w, p: ConvParams) -> np.ndarray:
     dxpad = np.zeros((p.N, p.C) + p.padded_hw, dtype=np.float64)
     for g, r, s, (rows, cols) in _taps(p):
         ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
-        dy_group = dy[:, ks].reshape(p.N, p.Kg, -1)                              # (N, Kg, Ho*Wo)
+        dy_group = dy[:, ks].reshape(p.N, p.Kg, p.out_hw[0] * p.out_hw[1])  # (N, Kg, Ho*Wo)
         dxpad[:, cs, rows, cols] += matmul(w[ks, :, r, s].T, dy_group).reshape(p.N, p.Cg, *p.out_hw)
     return dxpad[:, :, t:t + p.H, l:l + p.W].copy()
 
@@ -66,8 +66,8 @@ def backward_filter(x, dy, p: ConvParams) -> np.ndarray:
     dw = np.zeros(p.weight_shape, dtype=np.float64)
     for g, r, s, (rows, cols) in _taps(p):
         ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
-        dy_group = dy[:, ks].reshape(p.N, p.Kg, -1)
-        x_tap = xpad[:, cs, rows, cols].reshape(p.N, p.Cg, -1)
+        dy_group = dy[:, ks].reshape(p.N, p.Kg, p.out_hw[0] * p.out_hw[1])
+        x_tap = xpad[:, cs, rows, cols].reshape(p.N, p.Cg, p.out_hw[0] * p.out_hw[1])
         dw[ks, :, r, s] = matmul(dy_group, x_tap.transpose(0, 2, 1)).sum(axis=0)
     return dw
 
