@@ -11,11 +11,13 @@ layer class and records, per class, the algorithms from fastest to slowest. The 
 
 ``when`` compares features of the layer (``features`` below): ``feature: value`` must be equal,
 ``min_feature`` / ``max_feature`` bound it (inclusive). The first rule whose ``when`` holds fires; an empty
-``when`` always holds (the default rule, kept last). Algorithms the rule does not name rank after the named
-ones, in the order given. Where the file has no rules for a device and pass (the GPU, until it is measured),
-the algorithms rank by their own FLOP count for the layer, fewest first, and the rule's name says so; where
-the file has a seed for the device (``"seeds": {"cuda": {"flops_per_second", "bytes_per_second"}}``: a
-datasheet's peak and memory bandwidth, not a measurement), by an estimate from FLOPs and workspace instead,
+``when`` always holds (the default rule, kept last). Algorithms the rule does not name (one the user
+registered: ``convalgos.register``) rank after the named ones, fewest FLOPs first, and the rule's name
+returned says so (``UNMEASURED``): a measured order is trusted over a FLOP count, which is what ranks them.
+Where the file has no rules for a device and pass (the GPU, until it is measured), the algorithms rank by their
+own FLOP count for the layer, fewest first, and the rule's name says so; where the file has a seed for the
+device (``"seeds": {"cuda": {"flops_per_second", "bytes_per_second"}}``: a datasheet's peak and memory
+bandwidth, not a measurement), by an estimate from FLOPs and workspace instead,
 
     time = FLOPs / flops_per_second + 2 x workspace bytes / bytes_per_second    (the workspace written, then read)
 
@@ -35,6 +37,8 @@ import warnings
 from convalgos import ConvParams
 
 DEFAULT_PATH = os.path.join(os.path.dirname(__file__), "heuristics.json")
+#: joins a rule's name and the algorithms its measurements do not hold, in the rule name ``rank`` returns.
+UNMEASURED = "; not in its measurements, after them by fewest FLOPs: "
 
 
 def features(p: ConvParams) -> dict:
@@ -102,7 +106,11 @@ class Heuristics:
         for rule in self.rules(op, device, prepared):
             if matches(rule.get("when", {}), f):
                 order = {name: i for i, name in enumerate(rule["order"])}
-                return sorted(names, key=lambda n: (order.get(n, len(order)), names.index(n))), rule["name"]
+                unmeasured = sorted((n for n in names if n not in order),
+                                    key=lambda n: (0 if flops is None else flops[n], names.index(n)))
+                measured = sorted((n for n in names if n in order), key=order.get)
+                why = (UNMEASURED + ", ".join(unmeasured)) if unmeasured and flops is not None else ""
+                return measured + unmeasured, rule["name"] + why
         if flops is None:
             return names, "registration order"
         why = "no rule matched" if self.rules(op, device, prepared) else f"no measured rules for {device} {op}"
@@ -118,6 +126,7 @@ class Heuristics:
     def slowdowns(self, rule_name: str, names, op: str = "forward", device: str = "cpu",
                   prepared: bool = False) -> dict:
         """name -> its measured score in that rule over the best score among ``names`` (where measured)."""
+        rule_name = rule_name.split(UNMEASURED)[0]
         rule = next((r for r in self.rules(op, device, prepared) if r["name"] == rule_name), {})
         score = {n: rule.get("score", {})[n] for n in names if n in rule.get("score", {})}
         best = min(score.values(), default=1.0)

@@ -60,7 +60,7 @@ def main(argv=None) -> int:
     try:
         from .testing import CheckFailure, check_algorithm
     except ImportError as error:                 # hypothesis is the kit's one extra dependency
-        print(f"convalgos.check needs hypothesis (pip install hypothesis): {error}", file=sys.stderr)
+        print(f"convalgos.check needs hypothesis (pip install 'convalgos[testing]'): {error}", file=sys.stderr)
         return 2
     args = parser().parse_args(argv)
     if os.getcwd() not in sys.path and "" not in sys.path:

@@ -239,6 +239,9 @@ class Registry(OrderedDict):
 
     def register(self, algorithm: Algorithm) -> Algorithm:
         """Add ``algorithm`` under its name (a name already here is refused, never replaced)."""
+        if isinstance(algorithm, type) and issubclass(algorithm, Algorithm):
+            raise TypeError(f"algorithm must be a convalgos.Algorithm instance, got the class {algorithm.__name__}: "
+                            f"register {algorithm.__name__}()")
         if not isinstance(algorithm, Algorithm):
             raise TypeError(f"algorithm must be a convalgos.Algorithm, got {type(algorithm).__name__}")
         name = algorithm.name

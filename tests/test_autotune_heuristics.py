@@ -28,7 +28,7 @@ def test_rules_are_per_device_and_pass_and_flops_rank_where_none_were_measured()
     h = Heuristics({"devices": {"cpu": {"forward": [{"name": "f", "when": {}, "order": ["b", "a"]}],
                                         "backward_data": [{"name": "d", "when": {"kernel": [1, 1]}, "order": ["a"]}]}}})
     p, flops = layer(1, 4, 8, 4, 3), {"a": 30, "b": 20, "c": 10}
-    assert h.rank(p, ["a", "b", "c"], op="forward", device="cpu", flops=flops) == (["b", "a", "c"], "f")
+    assert h.rank(p, ["a", "b"], op="forward", device="cpu", flops=flops) == (["b", "a"], "f")
     ranked, rule = h.rank(p, ["a", "b", "c"], op="backward_filter", device="cpu", flops=flops)
     assert ranked == ["c", "b", "a"] and "FLOPs" in rule and "no measured rules for cpu backward_filter" in rule
     ranked, rule = h.rank(p, ["a", "b", "c"], op="forward", device="cuda", flops=flops)
@@ -36,6 +36,18 @@ def test_rules_are_per_device_and_pass_and_flops_rank_where_none_were_measured()
     ranked, rule = h.rank(p, ["a", "b", "c"], op="backward_data", device="cpu", flops=flops)   # 3x3: no match
     assert ranked == ["c", "b", "a"] and "no rule matched" in rule
     assert h.slowdowns("f", ["a"], op="backward_data") == {}
+
+
+def test_an_algorithm_the_rule_did_not_measure_ranks_after_it_by_flops_and_the_rule_says_so():
+    """A registered algorithm the data never timed ("mine", "yours") follows the measured order, fewest FLOPs
+    first, named in the rule text; the rule's scores still prune what they measured."""
+    h = Heuristics({"devices": {"cpu": {"forward": [{"name": "f", "when": {}, "order": ["b", "a"],
+                                                      "score": {"b": 1.0, "a": 8.0}}]}}})
+    p, flops = layer(1, 4, 8, 4, 3), {"a": 30, "b": 20, "yours": 25, "mine": 5}
+    ranked, rule = h.rank(p, ["yours", "a", "mine", "b"], op="forward", device="cpu", flops=flops)
+    assert ranked == ["b", "a", "mine", "yours"]
+    assert rule == "f; not in its measurements, after them by fewest FLOPs: mine, yours"
+    assert h.slowdowns(rule, ranked, op="forward") == {"b": 1.0, "a": 8.0}
 
 
 def test_ranking_is_by_geometric_mean_of_ratio_to_best():

@@ -3,8 +3,8 @@ matches the py:percent source it is built from (notebooks/_build/, ``python note
 
 Each runs from a temporary copy, so the committed outputs are not rewritten; the working directory is the
 notebooks/ folder. Skipped cleanly when the notebook tools (the ``notebooks`` extra) are not installed, and a
-notebook that needs a package that is missing (06 and 07 train on scikit-learn's digits, 07 a torch model) is
-skipped too.
+notebook that needs a package that is missing (06 and 07 train on scikit-learn's digits, 07 a torch model, 08
+runs the property tests of ``convalgos.testing`` on hypothesis) is skipped too.
 """
 import importlib.util
 import pathlib
@@ -20,7 +20,7 @@ FOLDER = pathlib.Path(__file__).resolve().parent.parent / "notebooks"
 NOTEBOOKS = sorted(FOLDER.glob("*.ipynb"))
 CELL_TIMEOUT_S = 300
 #: notebook -> the modules it needs beyond the notebook tools
-NEEDS = {"06_training": ("sklearn",), "07_torch_model": ("torch", "sklearn")}
+NEEDS = {"06_training": ("sklearn",), "07_torch_model": ("torch", "sklearn"), "08_your_own_algorithm": ("hypothesis",)}
 
 
 def _builder():
@@ -33,7 +33,8 @@ def _builder():
 def test_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == ["01_algorithms.ipynb", "02_benchmark_mode.ipynb",
                                            "03_shapes_not_values.ipynb", "04_changing_shapes.ipynb",
-                                           "05_determinism.ipynb", "06_training.ipynb", "07_torch_model.ipynb"]
+                                           "05_determinism.ipynb", "06_training.ipynb", "07_torch_model.ipynb",
+                                           "08_your_own_algorithm.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

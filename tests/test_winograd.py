@@ -2,20 +2,24 @@
 promises (agreement with the reference, identities between the passes, reasons, workspace, FLOPs) hold."""
 from fractions import Fraction
 
+import numba
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 import convalgos
 import convalgos.winograd.cpu
+import convalgos.winograd.kernels
 from convalgos import ALGORITHMS, ConvParams, reference
 from convalgos.winograd.cooktoom import cook_toom, default_points, identity_holds
 from convalgos.reference import normwise_error
 from convalgos.winograd.cpu import Winograd
+from convalgos.winograd.kernels import block_tiles
 from layers import layers
 
 NAMES = ["winograd_2x2", "winograd_4x4", "winograd_6x6"]
 BACKWARD = ["backward_data", "backward_filter"]
+FUSED_TB = block_tiles("float32")
 
 
 # ---- the generator -----------------------------------------------------------------------------------------
@@ -65,7 +69,8 @@ def test_two_dimensional_form_exact(m, r):
 
 # ---- multiplies and FLOPs ----------------------------------------------------------------------------------
 class CountingNumpy:
-    """NumPy, except that matmul and multiply count the multiplies they do (stands in for winograd's ``np``)."""
+    """NumPy, except that matmul counts the multiplies it does (stands in for winograd's ``np``); so does
+    ``outer_products``, the depthwise layers' products (stands in for winograd's kernel of that name)."""
 
     def __init__(self):
         self.multiplies = 0
@@ -77,9 +82,9 @@ class CountingNumpy:
         self.multiplies += out.size * a.shape[-1]
         return np.matmul(a, b, out=out)
 
-    def multiply(self, a, b, out):
-        self.multiplies += out.size
-        return np.multiply(a, b, out=out)
+    def outer_products(self, U, V, M):
+        self.multiplies += M.size
+        return convalgos.winograd.kernels.outer_products(U, V, M)
 
 
 def operands(p, op, seed=0):
@@ -102,6 +107,7 @@ def test_multiplies_are_counted_as_done_and_drop_against_direct(name, op, shape,
     p = ConvParams.from_shapes(*shape, padding=1, groups=groups)
     counting = CountingNumpy()
     monkeypatch.setattr(convalgos.winograd.cpu, "np", counting)
+    monkeypatch.setattr(convalgos.winograd.cpu, "outer_products", counting.outer_products)
     monkeypatch.setattr(convalgos.winograd.cpu, "matmul", counting.matmul)
     algo.release()
     getattr(algo, op)(*operands(p, op), p, np.empty(p.result_shape(op), np.float32))
@@ -245,6 +251,34 @@ def test_workspace_formula_and_chunking(m, op, hw, padding):
         assert algo.workspace.nbytes == algo.workspace_bytes(p, op)
         assert normwise_error(out, reference.PASS[op](a, b, p)) <= algo.tolerance_of(op, "float32")
     assert algo._n_chunks(p, op) > 1                                   # the small budget did chunk
+
+
+@pytest.mark.parametrize("name", NAMES + ["winograd_fused_4x4"])
+@pytest.mark.parametrize("op", convalgos.PASSES)
+def test_per_thread_scratch_is_counted_and_sized_by_the_layer(name, op):
+    """The transform kernels' scratch is one kept row per thread, counted in workspace_bytes at every thread
+    count (the fused pass also makes four TB-long index arrays per thread inside its kernel), and sized by the
+    work: on a one-filter 3x3 layer a few KiB per thread (a 1024-filter block was 258 KB for winograd_4x4)."""
+    algo = ALGORITHMS[name]
+    if not algo.implements(op):
+        pytest.skip(f"{name} has no {op} pass")
+    p = ConvParams.from_shapes((1, 1, 3, 3), (1, 1, 3, 3))
+    a, b = operands(p, op)
+    threads = numba.get_num_threads()
+    declared = {}
+    try:
+        for n_threads in sorted({1, threads}):
+            numba.set_num_threads(n_threads)
+            algo.release()
+            getattr(algo, op)(a, b, p, np.empty(p.result_shape(op), np.float32))
+            declared[n_threads] = algo.workspace_bytes(p, op)
+            in_kernel = n_threads * 4 * FUSED_TB * 8 if name == "winograd_fused_4x4" else 0
+            assert algo.workspace.nbytes + in_kernel == declared[n_threads]
+    finally:
+        numba.set_num_threads(threads)
+        algo.release()
+    assert declared[threads] - declared[1] <= (threads - 1) * (24 << 10)          # per thread: < 24 KiB more
+    assert declared[1] < (24 << 10)
 
 
 def test_error_grows_with_tile_size_on_a_deep_layer():

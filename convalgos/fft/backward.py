@@ -65,10 +65,12 @@ def lags_of(summed: np.ndarray, p: ConvParams, t: TilePlan, workspace) -> np.nda
 
 def pick_lags(lags: np.ndarray, p: ConvParams, t: TilePlan, out: np.ndarray) -> None:
     """out[k, c, r, s] = lags[r*dh // sh, s*dw // sw, k, (c, r*dh % sh, s*dw % sw)]: tap (r, s) is the lag of
-    its phase channel."""
-    xp, (dh, dw), (sh, sw) = array_module(lags), p.dilation, (t.sh, t.sw)
-    rpos, spos = np.arange(p.R) * dh, np.arange(p.S) * dw
-    cs = (np.arange(p.Cg)[:, None, None] * sh + rpos[None, :, None] % sh) * sw + spos[None, None, :] % sw
-    index = ((rpos // sh)[None, None, :, None], (spos // sw)[None, None, None, :], np.arange(p.K)[:, None, None, None],
-             cs[None])
-    out[...] = lags[tuple(xp.asarray(i) for i in index)]
+    its phase channel. One strided copy per tap: for a tap, the phase channels of every c are every (sh*sw)-th
+    column of a lag, a view, so no index array (a fancy index over all K*Cg*R*S taps made numpy buffer each
+    of its four broadcast index arrays, five times the gradient's size) is made; the same views serve CuPy
+    arrays."""
+    (dh, dw), (sh, sw) = p.dilation, (t.sh, t.sw)
+    for r in range(p.R):
+        for s in range(p.S):
+            phase = (r * dh % sh) * sw + s * dw % sw
+            out[:, :, r, s] = lags[r * dh // sh, s * dw // sw, :, phase::sh * sw]

@@ -26,13 +26,13 @@ multiply-add 8, a complex add 2.
 
 Workspace (``plan_workspace_bytes``): the sum of every array a pass makes for one batch chunk (the live peak is
 a little lower), named in ``plan_sizes``. forward and backward_data both make the kernel's taps (backward_data
-one more copy, transposed), its row DFT,
-its planar and interleaved spectra, and the real tiles, spectra, product and inverse of Cs*P and K*P tiles (in
-swapped roles); backward_filter makes the tiles and spectra of x and dy, the accumulated spectrum (and a
-product buffer when the batch has several chunks), the lag rows (Rq x Fw) and lags (Rq x Sq) of the pruned
-inverse, and the picked weight gradient. The GPU twins (``device="cuda"``) make two arrays more: CuPy copies
-the input of every complex-to-real FFT (cuFFT overwrites it: the product of forward and backward_data), and
-the operand cuBLAS reads transposed (x's spectrum in backward_filter's GEMM over tiles).
+one more copy, transposed), its row DFT, its planar and interleaved spectra, and the real tiles, spectra,
+product and inverse of Cs*P and K*P tiles (in swapped roles); backward_filter makes the tiles and spectra of x
+and dy, the accumulated spectrum (and a product buffer when the batch has several chunks), the lag rows (Rq x
+Fw) and lags (Rq x Sq) of the pruned inverse (the taps are then copied from the lags into the result: nothing
+more). The GPU twins (``device="cuda"``) make two arrays more: CuPy copies the input of every complex-to-real
+FFT (cuFFT overwrites it: the product of forward and backward_data), and the operand cuBLAS reads transposed
+(x's spectrum in backward_filter's GEMM over tiles).
 
 Batch chunks (``batch_chunk``): the largest divisor of N whose chunk's workspace fits a limit (both twins:
 min(CHUNK_WORKSPACE, the backend's workspace cap)), else one image at a time. Tile sizes (``cheapest_tile_plan``,
@@ -141,8 +141,7 @@ def plan_sizes(p: ConvParams, t: TilePlan, op: str = "forward", chunks: int = 1,
                  y_tiles_real=t.Th * t.Tw * p.K * P, y_spectrum_complex=F * p.K * P)
     if op == "backward_filter":
         sizes = dict(tiles, dw_spectrum_complex=F * p.K * Csg, dw_product_complex=F * p.K * Csg * (chunks > 1),
-                     lag_rows_complex=t.Rq * Fw * p.K * Csg, lags_complex=t.Rq * t.Sq * p.K * Csg,
-                     dw_picked_real=p.K * p.Cg * p.R * p.S)
+                     lag_rows_complex=t.Rq * Fw * p.K * Csg, lags_complex=t.Rq * t.Sq * p.K * Csg)
         gpu_copies = dict(x_spectrum_transposed_complex=F * Cs * P)
     else:
         transposed = op == "backward_data"           # backward_data copies the taps once more, K and C swapped

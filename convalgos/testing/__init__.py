@@ -24,7 +24,8 @@ The parts, each usable alone:
 - hypothesis profiles ``convalgos`` (100 layers per pass), ``convalgos-quick`` and ``convalgos-thorough``
   (``profiles.py``).
 
-Needs hypothesis (``pip install hypothesis``, or the ``test`` extra).
+Needs hypothesis, which ``import convalgos`` does not: ``pip install "convalgos[testing]"`` (or the ``test``
+extra).
 """
 from .check import check_algorithm
 from .closeness import assert_conv_close, conv_error

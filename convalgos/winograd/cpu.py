@@ -50,13 +50,17 @@ m*ceil(Ho'/m) + 2, likewise Wpad) and the transformed tiles of a chunk (alpha^2 
 the same with dy padded (N K Hpad Wpad). Backward-filter: the padded x, dy padded to whole tiles (N K (Hpad
 - 2)(Wpad - 2), none when m divides Ho and Wo), the chunk's tiles, S (alpha^2 K Cg) and, when there are
 several chunks, a second S. A chunk is whole rows of tiles, as many as keep its tiles within ``chunk_bytes``.
-Each transform kernel also allocates per thread a scratch of a few alpha^2 * ``tiles_per_block`` (or
-``filter_block``) elements (tens of KiB, not counted).
+Plus, every pass, one scratch row per thread that the transform kernels take turns to use (``_scratch``),
+the largest of their needs: a kernel applying a b x a matrix to n arrays at once needs (a^2 + ab + b^2) n
+elements (and ``kernels.SKEW`` twice, between its D, T and Y), n being the tiles of one item
+(``tiles_per_block``, at most a chunk's rows) or its filters (``filter_block``, at most an equal share per
+thread): ~80 KiB per thread for winograd_4x4's output transform on 256 tiles in float32, a few KiB on a small
+layer.
 
 Constraints (every pass): a 3x3 kernel, stride 1, dilation 1; any padding (asymmetric too), any groups.
 Depthwise layers run but are slow: with one channel per group the GEMMs degenerate (forward: an outer product,
-done by broadcasting; backward-filter: a dot product over the tiles), there is no channel sum to amortise the
-transforms over, and they cost as much as direct's 9 multiply-adds per output.
+done by a kernel of its own; backward-filter: a dot product over the tiles), there is no channel sum to amortise
+the transforms over, and they cost as much as direct's 9 multiply-adds per output.
 
 Prepared weights (``prepare``): U of the forward filters, or of backward-data's flipped ones, made once by the
 same filter transform and read by the pass instead of transforming w (alpha^2 K Cg elements; it serves the
@@ -83,6 +87,8 @@ forward errors on C = 512 layers (12x12 to 28x28): about 8e-7 for m = 2, 1e-5 to
 """
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 from numba import get_num_threads
 
@@ -90,8 +96,19 @@ from ..gemm import matmul
 from ..params import ConvParams
 from ..registry import Algorithm
 from .cooktoom import cook_toom
-from .kernels import block_transform, filter_transform, output_transform, shift_into, tile_transform
+from .kernels import (block_tiles, block_transform, filter_block_size, filter_transform, outer_products,
+                      output_transform, scratch_elements, shift_into, tile_transform)
 from .shared import TOLERANCES, f3x3_constraints, pass_matrices, sandwich_flops, tile_grid
+
+
+class Blocking(NamedTuple):
+    """How a pass cuts its work: threads, tiles per tile row, tile rows per transform item, filters per filter
+    transform item, and scratch elements per thread."""
+    threads: int
+    tiles_w: int
+    rows_per_block: int
+    filter_block: int
+    scratch: int
 
 
 class Winograd(Algorithm):
@@ -102,7 +119,7 @@ class Winograd(Algorithm):
     chunk_bytes = 32 << 20
     #: tiles a transform kernel takes per loop iteration (whole tile rows; at least one row).
     tiles_per_block = 256
-    #: filters ((k, c) pairs) per item of the filter transform.
+    #: filters ((k, c) pairs) per item of the filter transform (at most an equal share of them per thread).
     filter_block = 1024
 
     def __init__(self, m: int, tolerances: dict[str, dict[str, float]] | None = None, points=None):
@@ -117,6 +134,7 @@ class Winograd(Algorithm):
         self.matrices = cook_toom(m, self.r, points)                 # F(m, 3): forward and backward-data
         self.filter_matrices = cook_toom(self.r, m, points)          # F(3, m): backward-filter
         self._float = {np.dtype(dt): self._float_matrices(dt) for dt in (np.float32, np.float64)}
+        self._blockings: dict = {}                                   # (layer, pass, settings) -> Blocking
 
     def _float_matrices(self, dtype) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray]]:
         """Pass -> (output, filter, input) transform matrices in ``dtype``; backward-data's G is G J."""
@@ -147,6 +165,43 @@ class Winograd(Algorithm):
     def _n_chunks(self, p: ConvParams, op: str) -> int:
         return -(-p.N * self._tiles(p, op)[0] // self._rows_per_chunk(p, op))
 
+    def _rows_per_block(self, p: ConvParams, op: str) -> int:
+        """Tile rows per item of a (non-register) transform kernel: tiles_per_block, in whole rows (at least one),
+        at most a chunk's."""
+        return min(max(1, self.tiles_per_block // self._tiles(p, op)[1]), self._rows_per_chunk(p, op))
+
+    def _scratch_elements(self, p: ConvParams, op: str, n_threads: int) -> int:
+        """Scratch elements per thread: the most any transform kernel of pass ``op`` uses at once."""
+        a, m, r = self.alpha, self.m, self.r
+        tiles = self._rows_per_block(p, op) * self._tiles(p, op)[1]
+        filters = filter_block_size(p.K * p.Cg, self.filter_block, n_threads)
+
+        def tile_kernel(b, a):           # X (b x a) on tiles: a 6 x 6 X by blocks of TB tiles in registers
+            if (b, a) == (6, 6):
+                return scratch_elements(6, 6, block_tiles(p.compute_dtype))
+            return scratch_elements(a, b, tiles)
+
+        if op == "backward_filter":      # x tiles by B'^T, dy tiles by G' (alpha x m), the sums S by A'^T (3 x alpha)
+            needs = (tile_kernel(a, a), tile_kernel(a, m), scratch_elements(a, r, filters))
+        else:                            # input tiles by B^T, output tiles by A^T (m x alpha), filters by G (alpha x 3)
+            needs = (tile_kernel(a, a), scratch_elements(a, m, tiles), scratch_elements(r, a, filters))
+        return max(needs)
+
+    def _blocking(self, p: ConvParams, op: str) -> Blocking:
+        """How pass ``op`` of ``p`` cuts its work at today's thread count; memoised per layer and settings
+        (working it out twice a call cost 4-6 us of Python, +10-20% on a 40 us layer)."""
+        n_threads = get_num_threads()
+        key = (p, op, n_threads, self.chunk_bytes, self.tiles_per_block, self.filter_block)
+        if key not in self._blockings:
+            self._blockings[key] = Blocking(n_threads, self._tiles(p, op)[1], self._rows_per_block(p, op),
+                                            filter_block_size(p.K * p.Cg, self.filter_block, n_threads),
+                                            self._scratch_elements(p, op, n_threads))
+        return self._blockings[key]
+
+    def _scratch(self, blocking: Blocking, dtype):
+        """One scratch row per thread, kept: the transform kernels carve their D, T, Y out of it in turn."""
+        return self.workspace.get("scratch", (blocking.threads, blocking.scratch), dtype)
+
     # ---- the questions -------------------------------------------------------------------------------------
     def constraints(self, p: ConvParams, op: str = "forward"):
         return f3x3_constraints(self.name, p)
@@ -164,7 +219,8 @@ class Winograd(Algorithm):
             dy_tiles = 0 if self._dy_is_whole_tiles(p) else p.N * p.K * (Hpad - 2) * (Wpad - 2)
             sums = a2 * p.K * p.Cg * (1 if self._n_chunks(p, op) == 1 else 2)
             elements = p.N * p.C * Hpad * Wpad + dy_tiles + chunk + sums
-        return elements * p.itemsize
+        blocking = self._blocking(p, op)
+        return (elements + blocking.threads * blocking.scratch) * p.itemsize
 
     def gemm_multiplies(self, p: ConvParams, op: str = "forward") -> int:
         """The elementwise products in the transformed domain: alpha^2 per tile per (k, c) pair."""
@@ -188,30 +244,32 @@ class Winograd(Algorithm):
     # ---- prepared weights ----------------------------------------------------------------------------------
     def prepare_weight(self, w, p: ConvParams, op: str):
         """U of the forward filters, or of backward-data's flipped ones: what the pass would compute first."""
-        return self._transformed_filters(w, p, op, np.empty((self.alpha, self.alpha, p.K * p.Cg), w.dtype))
+        U = np.empty((self.alpha, self.alpha, p.K * p.Cg), w.dtype)
+        return self._transformed_filters(w, p, op, self._blocking(p, op), U)
 
     def prepare_bytes(self, p: ConvParams, op: str = "forward") -> int:
         return self.alpha ** 2 * p.K * p.Cg * p.itemsize if self.prepares(op) else 0
 
     # ---- the passes ----------------------------------------------------------------------------------------
     def forward(self, x, w, p: ConvParams, out, prepared=None) -> None:
-        a2 = self.alpha ** 2
-        U = self._transformed_filters(w, p, "forward") if prepared is None else prepared
+        a2, blocking = self.alpha ** 2, self._blocking(p, "forward")
+        U = self._transformed_filters(w, p, "forward", blocking) if prepared is None else prepared
         (top, _), (left, _) = p.padding
-        self._correlate(x, top, left, U.reshape(a2, p.groups, p.Kg, p.Cg), p, "forward", out)
+        self._correlate(x, top, left, U.reshape(a2, p.groups, p.Kg, p.Cg), p, "forward", blocking, out)
 
     def backward_data(self, dy, w, p: ConvParams, out, prepared=None) -> None:
-        a2 = self.alpha ** 2
-        U = self._transformed_filters(w, p, "backward_data") if prepared is None else prepared  # flipped filters
+        a2, blocking = self.alpha ** 2, self._blocking(p, "backward_data")
+        U = self._transformed_filters(w, p, "backward_data", blocking) if prepared is None else prepared  # flipped
         (top, _), (left, _) = p.padding
         U_t = U.reshape(a2, p.groups, p.Kg, p.Cg).transpose(0, 1, 3, 2)  # K and C swapped
-        self._correlate(dy, 2 - top, 2 - left, U_t, p, "backward_data", out)
+        self._correlate(dy, 2 - top, 2 - left, U_t, p, "backward_data", blocking, out)
 
     def backward_filter(self, x, dy, p: ConvParams, out) -> None:
         a, a2, m = self.alpha, self.alpha ** 2, self.m
         AT, G, BT = self._float[x.dtype]["backward_filter"]
         tiles_h, tiles_w = self._tiles(p, "backward_filter")
-        n_threads = get_num_threads()
+        blocking = self._blocking(p, "backward_filter")
+        scratch = self._scratch(blocking, x.dtype)
         (top, _), (left, _) = p.padding
         xpad = self.workspace.get("pad", (p.N, p.C) + self._padded_hw(p, "backward_filter"), x.dtype)
         shift_into(x, top, left, xpad)
@@ -221,27 +279,28 @@ class Winograd(Algorithm):
             shift_into(dy, 0, 0, dy_tiles)
         S = self.workspace.get("S", (a2, p.groups, p.Kg, p.Cg), x.dtype)
         for q0, P, X, D in self._chunks(p, "backward_filter", p.C, p.K, x.dtype):
-            self._transform_tiles(xpad, BT, q0, tiles_w, X)
-            self._transform_tiles(dy_tiles, G, q0, tiles_w, D)
+            self._transform_tiles(xpad, BT, q0, blocking, scratch, X)
+            self._transform_tiles(dy_tiles, G, q0, blocking, scratch, D)
             product = S if q0 == 0 else self.workspace.get("S_chunk", S.shape, x.dtype)
             matmul(D.reshape(a2, p.groups, p.Kg, P), X.reshape(a2, p.groups, p.Cg, P).transpose(0, 1, 3, 2),
                       out=product)
             if product is not S:
                 S += product
-        filter_transform(S.reshape(a, a, p.K * p.Cg).transpose(2, 0, 1), AT, self.filter_block, n_threads,
+        filter_transform(S.reshape(a, a, p.K * p.Cg).transpose(2, 0, 1), AT, blocking.filter_block, scratch,
                          out.reshape(p.K * p.Cg, 3, 3))
 
     # ---- the steps they share ------------------------------------------------------------------------------
     def _dy_is_whole_tiles(self, p: ConvParams) -> bool:
         return all(size % self.m == 0 for size in p.out_hw)
 
-    def _transformed_filters(self, w, p: ConvParams, op: str, U=None):
+    def _transformed_filters(self, w, p: ConvParams, op: str, blocking: Blocking, U=None):
         """U (alpha, alpha, K*Cg): G w[k, c] G^T for every filter (G J for backward-data's flipped ones), into
         ``U`` when given, else into a kept workspace buffer."""
         G = self._float[w.dtype][op][1]
         if U is None:
             U = self.workspace.get("U", (self.alpha, self.alpha, p.K * p.Cg), w.dtype)
-        filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, self.filter_block, get_num_threads(), U.transpose(2, 0, 1))
+        filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, blocking.filter_block, self._scratch(blocking, w.dtype),
+                         U.transpose(2, 0, 1))
         return U
 
     def _chunks(self, p: ConvParams, op: str, first: int, second: int, dtype):
@@ -255,29 +314,27 @@ class Winograd(Algorithm):
             yield (q0, P, buffer[:a * a * first * P].reshape(a, a, first, P),
                    buffer[a * a * first * P:a * a * (first + second) * P].reshape(a, a, second, P))
 
-    def _transform_tiles(self, src, X, q0: int, tiles_w: int, V) -> None:
+    def _transform_tiles(self, src, X, q0: int, blocking: Blocking, scratch, V) -> None:
         """V = X d X^T for every tile d of the chunk from tile row q0: a 6 x 6 X (m = 4, both F(4, 3) and F(3,
         4)) by blocks of tiles held in registers (``block_transform``), any other in loops along tile rows."""
         if X.shape == (6, 6):
-            block_transform(src, X, self.m, q0, tiles_w, get_num_threads(), V)
+            block_transform(src, X, self.m, q0, blocking.tiles_w, scratch, V)
         else:
-            block_rows = max(1, self.tiles_per_block // tiles_w)
-            tile_transform(src, X, self.m, q0, tiles_w, block_rows, get_num_threads(), V)
+            tile_transform(src, X, self.m, q0, blocking.tiles_w, blocking.rows_per_block, scratch, V)
 
-    def _correlate(self, src, top, left, U, p: ConvParams, op: str, out) -> None:
+    def _correlate(self, src, top, left, U, p: ConvParams, op: str, blocking: Blocking, out) -> None:
         """out = the 3x3 correlation (stride 1) of src placed at (top, left) inside zeros with the filters whose
         transforms are U (alpha^2, groups, out channels per group, in channels per group), tiled over out."""
         AT, _, BT = self._float[src.dtype][op]
         n_in, n_out = src.shape[1], out.shape[1]
-        tiles_w = self._tiles(p, op)[1]
-        n_threads, block_rows = get_num_threads(), max(1, self.tiles_per_block // tiles_w)
+        scratch = self._scratch(blocking, src.dtype)
         pad = self.workspace.get("pad", (p.N, n_in) + self._padded_hw(p, op), src.dtype)
         shift_into(src, top, left, pad)
         # with one input channel per group (depthwise) each product is (out x 1) @ (1 x P): an outer product,
-        # which broadcasting does in one pass where matmul would make alpha^2 * groups tiny calls
-        gemm = np.multiply if U.shape[-1] == 1 else matmul
+        # one pass of a kernel where matmul would make alpha^2 * groups tiny calls
+        gemm = outer_products if U.shape[-1] == 1 else matmul
         a2 = self.alpha ** 2
         for q0, P, V, M in self._chunks(p, op, n_in, n_out, src.dtype):
-            self._transform_tiles(pad, BT, q0, tiles_w, V)
-            gemm(U, V.reshape(a2, p.groups, -1, P), out=M.reshape(a2, p.groups, -1, P))
-            output_transform(M, AT, q0, tiles_w, block_rows, n_threads, out)
+            self._transform_tiles(pad, BT, q0, blocking, scratch, V)
+            gemm(U, V.reshape(a2, p.groups, -1, P), M.reshape(a2, p.groups, -1, P))
+            output_transform(M, AT, q0, blocking.tiles_w, blocking.rows_per_block, scratch, out)

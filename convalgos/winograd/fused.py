@@ -41,8 +41,10 @@ Backward-filter has no fused form here, as in cuDNN (its fused BWD_FILTER_ALGO_W
 
 FLOPs (``flops``): alpha^2 products per tile and (k, c) pair, 36 against direct's 144 (4x fewer), over P
 rounded up to whole blocks, plus the transforms as in convalgos.winograd (X d X^T costs 2 nnz(X) (a + b)).
-Workspace (``workspace_bytes``): the padded input, U, and per thread V (alpha^2 Cg TB), M (Kg alpha^2 TB)
-and three alpha^2 TB arrays.
+Workspace (``workspace_bytes``): the padded input, U, and per thread V (alpha^2 Cg TB), M (Kg alpha^2 TB),
+D and T (alpha^2 TB), Y (m^2 TB), the filter transform's scratch (``kernels.scratch_elements`` of its block of
+filters: ``filter_block``, at most an equal share per thread) and the kernel's four TB-long index arrays; the
+products' tap table (2 Cg integers).
 Constraints: a 3x3 kernel, stride 1, dilation 1 (any padding, any groups). Accuracy: as winograd_4x4's.
 """
 from __future__ import annotations
@@ -50,12 +52,11 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads
 
-from ..kernels.simd import REGISTER_BYTES
 from ..params import ConvParams
 from ..registry import Algorithm
 from .cooktoom import cook_toom
 from .fused_kernels import fused_correlate
-from .kernels import filter_transform, shift_into
+from .kernels import block_tiles, filter_block_size, filter_transform, scratch_elements, shift_into
 from .shared import TOLERANCES, f3x3_constraints, sandwich_flops, tile_grid
 
 
@@ -63,7 +64,7 @@ class FusedWinograd(Algorithm):
     """F(m x m, 3 x 3), forward and backward-data, one block of TB tiles at a time (module docstring)."""
 
     deterministic = True
-    #: filters ((k, c) pairs) per item of the filter transform.
+    #: filters ((k, c) pairs) per item of the filter transform (at most an equal share of them per thread).
     filter_block = 1024
 
     def __init__(self, m: int = 4):
@@ -82,7 +83,7 @@ class FusedWinograd(Algorithm):
 
     def block_tiles(self, p: ConvParams) -> int:
         """TB: tiles per block, two vector registers of lanes."""
-        return 2 * REGISTER_BYTES // p.itemsize
+        return block_tiles(p.compute_dtype)
 
     def computed_tiles(self, p: ConvParams, op: str) -> int:
         """Tiles computed: N * tiles_h * tiles_w rounded up to whole blocks."""
@@ -103,9 +104,13 @@ class FusedWinograd(Algorithm):
         n_in, _, in_g, out_g = self._channels(p, op)
         a2, TB = self.alpha ** 2, self.block_tiles(p)
         padded = p.N * n_in * (tiles_h * self.m + 2) * (tiles_w * self.m + 2)
-        filters = a2 * p.K * p.Cg
-        scratch = get_num_threads() * a2 * TB * (in_g + out_g + 3)
-        return (padded + filters + scratch) * p.itemsize + 2 * in_g * 8
+        filters, n_threads = a2 * p.K * p.Cg, get_num_threads()
+        blocks = a2 * TB * (in_g + out_g + 2) + self.m ** 2 * TB                   # V, M, D, T and Y
+        scratch = n_threads * (blocks + self._filter_scratch_elements(p, n_threads))
+        return (padded + filters + scratch) * p.itemsize + (2 * in_g + n_threads * 4 * TB) * 8
+
+    def _filter_scratch_elements(self, p: ConvParams, n_threads: int) -> int:
+        return scratch_elements(3, self.alpha, filter_block_size(p.K * p.Cg, self.filter_block, n_threads))
 
     def flops(self, p: ConvParams, op: str = "forward") -> int:
         P, (n_in, n_out, _, _) = self.computed_tiles(p, op), self._channels(p, op)
@@ -142,7 +147,10 @@ class FusedWinograd(Algorithm):
         G = self._float[dtype][1] if op == "forward" else np.ascontiguousarray(self._float[dtype][1][:, ::-1])
         shape = (a, a, p.K * p.Cg)
         U = np.empty(shape, dtype) if fresh else self.workspace.get("U", shape, dtype)
-        filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, self.filter_block, get_num_threads(), U.transpose(2, 0, 1))
+        n_threads = get_num_threads()
+        scratch = self.workspace.get("filter_scratch", (n_threads, self._filter_scratch_elements(p, n_threads)), dtype)
+        block = filter_block_size(p.K * p.Cg, self.filter_block, n_threads)
+        filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, block, scratch, U.transpose(2, 0, 1))
         return U.reshape(a * a, p.groups, p.Kg, p.Cg)
 
     def _correlate(self, src, top, left, U, p: ConvParams, op: str, out) -> None:

@@ -10,12 +10,16 @@ the compiler vectorises; the kernels around it only gather the batch into that l
 - ``shift_into``: a plane placed at an offset inside zeros (padding), or cropped where the offset is negative.
 - ``tile_transform``: X d X^T for every a x a tile d (stepping by m) of every channel.
 - ``output_transform``: A^T M A for every tile of every output channel, scattered into the output image.
+- ``outer_products``: the products of a depthwise layer (one input channel per group), where each GEMM is an
+  outer product.
 - ``sandwich_block``: X D X^T for a 6-column X (F(4, 3)'s B^T and A^T, F(3, 4)'s B'^T) on one block of two
   vector registers' worth of arrays, held in registers; ``block_transform`` is ``tile_transform`` built on it
   (winograd_4x4's input transforms), and the fused pass (``fused_kernels.py``) uses it on its blocks.
 
-The transform kernels split their items statically over the threads and allocate their scratch once per thread
-(a fresh allocation per item would pay the page faults of fresh memory again and again).
+The transform kernels split their items statically over the threads; each thread carves its D, T and Y out of
+its own row of ``scratch`` (threads x elements, a buffer the algorithm keeps and counts in ``workspace_bytes``:
+nothing is allocated inside a kernel, and repeated calls pay no page faults for fresh scratch).
+``scratch_elements`` says how many elements a thread needs for a batch of ``batch`` arrays.
 """
 from __future__ import annotations
 
@@ -23,7 +27,40 @@ import numpy as np
 from numba import njit, prange
 
 from ..kernels.loops import share, valid_range
-from ..kernels.simd import fma, lanes, load, splat, store, zeros
+from ..kernels.simd import REGISTER_BYTES, fma, lanes, load, splat, store, zeros
+
+
+def block_tiles(dtype) -> int:
+    """TB: the tiles ``block_transform`` (and the fused pass) take at a time, two vector registers' lanes."""
+    return 2 * REGISTER_BYTES // np.dtype(dtype).itemsize
+
+
+def filter_block_size(n_filters: int, most: int, n_threads: int) -> int:
+    """Filters per item of ``filter_transform``: ``most``, or an equal share per thread when that is fewer (a
+    small layer's filters are split over the threads, and its scratch sized by them, not by ``most``)."""
+    return max(1, min(most, -(-n_filters // n_threads)))
+
+
+#: elements between D, T and Y in a thread's scratch row, so that D[.., p], T[.., p] and Y[.., p] never lie a
+#: multiple of 4 KiB apart: laid end to end they often did (D is 36 x 256 float32 = 9 x 4 KiB in F(4, 3)'s output
+#: transform), and a store to T then stalled the next load of D that the CPU took for the same address (4K
+#: aliasing: winograd_4x4 forward on N32 C16 32x32 ran 1.09x slower than with separately allocated arrays).
+SKEW = 32
+
+
+def scratch_elements(a: int, b: int, batch: int) -> int:
+    """Scratch elements one thread needs to apply a (b x a) X to ``batch`` arrays at once: D (a, a), T (b, a)
+    and Y (b, b), each ``batch`` long, SKEW apart."""
+    return (a * a + b * a + b * b) * batch + 2 * SKEW
+
+
+@njit(cache=True, inline="always")
+def _carve(row, a, b, batch):
+    """D (a, a, batch), T (b, a, batch), Y (b, b, batch): views of one thread's scratch row, SKEW apart."""
+    t0 = a * a * batch + SKEW
+    y0 = t0 + b * a * batch + SKEW
+    return (row[:a * a * batch].reshape((a, a, batch)), row[t0:t0 + b * a * batch].reshape((b, a, batch)),
+            row[y0:y0 + b * b * batch].reshape((b, b, batch)))
 
 
 @njit(cache=True)
@@ -64,17 +101,16 @@ def _sandwich(X, D, T, out, P):
 
 
 @njit(parallel=True, cache=True)
-def filter_transform(src, X, block, n_threads, dst):
+def filter_transform(src, X, block, scratch, dst):
     """dst[f] = X src[f] X^T for every f. src: (F, a, a); dst: (F, b, b) (either may be a strided view).
 
-    One item is a block of ``block`` consecutive filters."""
+    One item is a block of ``block`` consecutive filters; scratch: (threads, >= scratch_elements(a, b, block))."""
     n_filters, a = src.shape[0], src.shape[1]
     b = X.shape[0]
     n_blocks = (n_filters + block - 1) // block
+    n_threads = scratch.shape[0]
     for thread in prange(n_threads):
-        D = np.empty((a, a, block), X.dtype)
-        T = np.empty((b, a, block), X.dtype)
-        Y = np.empty((b, b, block), X.dtype)
+        D, T, Y = _carve(scratch[thread], a, b, block)
         start, stop = share(n_blocks, thread, n_threads)
         for item in range(start, stop):
             f0 = item * block
@@ -121,21 +157,21 @@ def shift_into(x, top, left, xpad):
 
 
 @njit(parallel=True, cache=True)
-def tile_transform(xpad, X, m, q0, tiles_w, rows_per_block, n_threads, V):
+def tile_transform(xpad, X, m, q0, tiles_w, rows_per_block, scratch, V):
     """V[:, :, c, q*tiles_w + tx] = X d X^T for the a x a tile d (a = X's columns) at (ty*m, tx*m) of channel
     c, for the tile rows q0 + q (flattened over the batch: q0 + q = n * tiles_h + ty).
 
     xpad: (N, C, Hpad, Wpad) with tiles_h = (Hpad - a) // m + 1 rows of tiles; V: (b, b, C, P) with
-    P = (tile rows in this chunk) * tiles_w. One item is one channel and a block of rows_per_block tile rows."""
+    P = (tile rows in this chunk) * tiles_w. One item is one channel and a block of rows_per_block tile rows;
+    scratch: (threads, >= scratch_elements(a, b, rows_per_block * tiles_w))."""
     C, Hpad = xpad.shape[1], xpad.shape[2]
     b, a = X.shape
     tiles_h = (Hpad - a) // m + 1
     n_rows = V.shape[3] // tiles_w
     n_blocks = (n_rows + rows_per_block - 1) // rows_per_block
+    n_threads = scratch.shape[0]
     for thread in prange(n_threads):
-        D = np.empty((a, a, rows_per_block * tiles_w), xpad.dtype)
-        T = np.empty((b, a, rows_per_block * tiles_w), xpad.dtype)
-        Y = np.empty((b, b, rows_per_block * tiles_w), xpad.dtype)
+        D, T, Y = _carve(scratch[thread], a, b, rows_per_block * tiles_w)
         start, stop = share(C * n_blocks, thread, n_threads)
         for item in range(start, stop):
             c, first_row = item // n_blocks, (item % n_blocks) * rows_per_block
@@ -159,20 +195,20 @@ def tile_transform(xpad, X, m, q0, tiles_w, rows_per_block, n_threads, V):
 
 
 @njit(parallel=True, cache=True)
-def output_transform(M, AT, q0, tiles_w, rows_per_block, n_threads, out):
+def output_transform(M, AT, q0, tiles_w, rows_per_block, scratch, out):
     """out[n, k, ty*m + i, tx*m + j] = (A^T M[:, :, k, p] A)[i, j], cropped to out's Ho x Wo.
 
     M: (alpha, alpha, K, P) for the tile rows q0 .. q0 + P / tiles_w - 1; out: (N, K, Ho, Wo). One item is
-    one output channel and a block of rows_per_block tile rows."""
+    one output channel and a block of rows_per_block tile rows; scratch: (threads, >= scratch_elements(alpha, m,
+    rows_per_block * tiles_w))."""
     K, Ho = out.shape[1], out.shape[2]
     m, alpha = AT.shape
     tiles_h = (Ho + m - 1) // m
     n_rows = M.shape[3] // tiles_w
     n_blocks = (n_rows + rows_per_block - 1) // rows_per_block
+    n_threads = scratch.shape[0]
     for thread in prange(n_threads):
-        D = np.empty((alpha, alpha, rows_per_block * tiles_w), M.dtype)
-        T = np.empty((m, alpha, rows_per_block * tiles_w), M.dtype)
-        Y = np.empty((m, m, rows_per_block * tiles_w), M.dtype)
+        D, T, Y = _carve(scratch[thread], alpha, m, rows_per_block * tiles_w)
         start, stop = share(K * n_blocks, thread, n_threads)
         for item in range(start, stop):
             k, first_row = item // n_blocks, (item % n_blocks) * rows_per_block
@@ -192,6 +228,22 @@ def output_transform(M, AT, q0, tiles_w, rows_per_block, n_threads, out):
                         src = Y[i, j, q * tiles_w:(q + 1) * tiles_w]
                         for tx in range(dst.shape[0]):
                             dst[tx] = src[tx]
+
+
+@njit(parallel=True, cache=True)
+def outer_products(U, V, M):
+    """M[xi, g, k, p] = U[xi, g, k, 0] * V[xi, g, 0, p]: the products of a layer with one input channel per
+    group, an outer product per (xi, g). U: (a2, G, Kg, 1) (may be a strided view); V: (a2, G, 1, P); M: (a2, G,
+    Kg, P). NumPy's broadcasting multiply did the same, but buffered its stride-0 operands (up to 64 KiB)."""
+    a2, groups, Kg = U.shape[0], U.shape[1], U.shape[2]
+    P = V.shape[3]
+    for item in prange(a2 * groups):
+        xi, g = item // groups, item % groups
+        src = V[xi, g, 0]
+        for k in range(Kg):
+            u, dst = U[xi, g, k, 0], M[xi, g, k]
+            for p in range(P):
+                dst[p] = u * src[p]
 
 
 @njit(cache=True, inline="always")
@@ -228,17 +280,20 @@ def sandwich_block(X, D, T, out, row):
 
 
 @njit(parallel=True, cache=True)
-def block_transform(xpad, X, m, q0, tiles_w, n_threads, V):
+def block_transform(xpad, X, m, q0, tiles_w, scratch, V):
     """``tile_transform`` for a 6 x 6 X (F(4, 3)'s B^T and F(3, 4)'s): V[:, :, c, q*tiles_w + tx] = X d X^T for
     the 6 x 6 tile d at (ty*m, tx*m) of channel c, tile row q0 + q = n * tiles_h + ty. One item is one channel
     and a block of TB tiles (two vector registers' lanes, across tile rows), transformed in registers
-    (``sandwich_block``), not in tiles_w-long loops that a small plane makes short."""
+    (``sandwich_block``), not in tiles_w-long loops that a small plane makes short; scratch: (threads,
+    >= scratch_elements(6, 6, TB)), TB = ``block_tiles(dtype)``."""
     C, Hpad = xpad.shape[1], xpad.shape[2]
     tiles_h, P = (Hpad - 6) // m + 1, V.shape[3]
     TB = 2 * lanes(xpad[0, 0, 0])
     n_blocks = (P + TB - 1) // TB
+    n_threads = scratch.shape[0]
     for thread in prange(n_threads):
-        d, tt, y = np.empty((6, 6, TB), xpad.dtype), np.empty((6, 6, TB), xpad.dtype), np.empty((36, 1, TB), xpad.dtype)
+        d, tt, y = _carve(scratch[thread], 6, 6, TB)
+        y = y.reshape((36, 1, TB))
         start, stop = share(C * n_blocks, thread, n_threads)
         for item in range(start, stop):
             c, p0 = item // n_blocks, (item % n_blocks) * TB
