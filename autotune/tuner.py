@@ -1,10 +1,11 @@
 """The Tuner: a dispatch table and its flags. A call's key is looked up; on a miss the choice is made by the
 heuristic (benchmark off) or by measuring (benchmark on, ``tuning.py``), stored, and used from then on.
 
-Where the rest lives: ``measure.py`` (timing, noise, the choice, the reference check), ``tuning.py`` (one
-key's candidates and race), ``devices.py`` (CPU and GPU, each with its own algorithms), ``table.py`` (keys,
-entries, the report), ``shapes.py`` (changing shapes, patience), ``cache.py`` (the JSON file),
-``heuristics.py``.
+Where the rest lives: ``calls.py`` (a call's arrays and its memo record), ``flags.py``, ``store.py`` (the
+table and its counters), ``measure.py`` (timing, noise, the choice, the reference check), ``tuning.py`` (one
+key's candidates and tuning), ``race.py`` (their timed race), ``devices.py`` (CPU and GPU, each with its own
+algorithms), ``table.py`` (keys, entries, the report), ``shapes.py`` (changing shapes, patience), ``cache.py``
+(the JSON file), ``heuristics.py``.
 
 A hit is lean: the call's arguments (array types, shapes, strides and dtypes, the layer's parameters, the
 flag and the thread count that enter the key) map through a memo to the layer validated once and its Key,
@@ -15,16 +16,14 @@ from __future__ import annotations
 import logging
 import os
 import threading
-from dataclasses import dataclass
 
 import numba
-import numpy as np
 
-from convalgos import ConvParams
-from convalgos.interop import from_arrays, to_arrays
+from convalgos.interop import from_arrays
 from convalgos.passes import (backward_data_params, backward_filter_params, batched, check_out, forward_params,
                               result_array)
 
+from .calls import Call, as_arrays, signature
 from .devices import DEVICES, device_of
 from .flags import FLAG_CHECKS, flags_set
 from .heuristics import Heuristics
@@ -36,32 +35,6 @@ from .tuning import heuristic_entry, reused_entry, tune
 LOG = logging.getLogger("autotune")
 #: ``cache_path=ENV``: the path in the AUTOTUNE_CACHE environment variable, read at first use.
 ENV = "$AUTOTUNE_CACHE"
-
-
-def _signature(a) -> tuple:
-    return type(a), a.shape, a.strides, a.dtype
-
-
-_PLAIN = (np.ndarray, type(None))
-
-
-def _arrays(*values, names, activation=True):
-    """``convalgos.interop.to_arrays``, short-cut when no value needs converting (NumPy arrays and None)."""
-    for v in values:
-        if type(v) not in _PLAIN:
-            return to_arrays(*values, names=names, activation=activation)
-    return values, None
-
-
-@dataclass(frozen=True)
-class Call:
-    """What one call signature resolves to, validated once and kept in the memo: the device that owns its
-    arrays, the layer, its key in the table and the shape of its result."""
-
-    device: object
-    params: ConvParams
-    key: Key
-    result_shape: tuple
 
 
 class Tuner:
@@ -110,7 +83,7 @@ class Tuner:
     def conv2d(self, x, weight, bias=None, stride=1, padding=0, dilation=1, groups=1, *, out=None):
         """``convalgos.conv2d`` (torch tensors in, torch tensors out; one unbatched sample too), the algorithm
         chosen per key."""
-        (x, weight, bias, out), back = _arrays(x, weight, bias, out, names=("x", "weight", "bias", "out"))
+        (x, weight, bias, out), back = as_arrays(x, weight, bias, out, names=("x", "weight", "bias", "out"))
         unbatch = batched("x", x, out=out) if getattr(x, "ndim", 4) != 4 else None
         if unbatch:
             x, out = unbatch.add(x), unbatch.add(out)
@@ -144,7 +117,7 @@ class Tuner:
     def conv2d_input(self, input_shape, weight, grad_output, stride=1, padding=0, dilation=1, groups=1, *,
                      out=None):
         """``convalgos.conv2d_input``: the input's gradient, the algorithm chosen per key (op "backward_data")."""
-        (grad_output, weight, out), back = _arrays(grad_output, weight, out, names=("grad_output", "weight", "out"))
+        (grad_output, weight, out), back = as_arrays(grad_output, weight, out, names=("grad_output", "weight", "out"))
         unbatch = (batched("grad_output", grad_output, input_shape=input_shape, out=out)
                    if getattr(grad_output, "ndim", 4) != 4 else None)
         if unbatch:
@@ -159,7 +132,7 @@ class Tuner:
                       out=None):
         """``convalgos.conv2d_weight``: the weight's gradient, the algorithm chosen per key (op
         "backward_filter")."""
-        (input, grad_output, out), back = _arrays(input, grad_output, out, names=("input", "grad_output", "out"),
+        (input, grad_output, out), back = as_arrays(input, grad_output, out, names=("input", "grad_output", "out"),
                                                   activation=False)
         if getattr(input, "ndim", 4) != 4:
             unbatch = batched("input", input, grad_output=grad_output)
@@ -177,7 +150,7 @@ class Tuner:
     def _call(self, op, spec, a, b, bias, stride, padding, dilation, groups, validate, prepared=False) -> Call:
         """The call's device, layer and key: from the memo, else validated and remembered."""
         try:
-            memo = (op, spec, _signature(a), _signature(b), None if bias is None else _signature(bias), stride,
+            memo = (op, spec, signature(a), signature(b), None if bias is None else signature(bias), stride,
                     padding, dilation, groups, self.deterministic, numba.get_num_threads(), prepared)
             call = self._memo.get(memo)
         except (TypeError, AttributeError):     # unhashable arguments or non-arrays: validate() says what is wrong

@@ -5,7 +5,8 @@
 - ``shared.py``: what every Winograd algorithm shares (constraints, tile grid, transform FLOPs, each pass's
   matrices, tolerances);
 - ``cpu.py``: ``winograd_2x2/4x4/6x6``, transforms around batched GEMMs, all three passes (the maths);
-- ``kernels.py``: their Numba transforms;
+- ``kernels.py``: their Numba transforms, ``block_kernels.py`` the ones held in registers, ``blocking.py`` how a
+  pass cuts its work;
 - ``fused.py`` and ``fused_kernels.py``: ``winograd_fused_4x4``, one block of 32 tiles at a time in cache;
 - ``gpu.py``: the GPU twin of ``winograd_mxm``, all three passes (Numba-CUDA transforms around a cuBLAS batched
   GEMM); ``gpu_kernels.py``: its transform kernels.

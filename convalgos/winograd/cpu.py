@@ -87,28 +87,16 @@ forward errors on C = 512 layers (12x12 to 28x28): about 8e-7 for m = 2, 1e-5 to
 """
 from __future__ import annotations
 
-from typing import NamedTuple
-
 import numpy as np
-from numba import get_num_threads
 
 from ..gemm import matmul
 from ..params import ConvParams
 from ..registry import Algorithm
+from .blocking import Blocking, blocking_of, n_chunks, rows_per_chunk
 from .cooktoom import cook_toom
-from .kernels import (block_tiles, block_transform, filter_block_size, filter_transform, outer_products,
-                      output_transform, scratch_elements, shift_into, tile_transform)
+from .block_kernels import block_transform
+from .kernels import filter_transform, outer_products, output_transform, shift_into, tile_transform
 from .shared import TOLERANCES, f3x3_constraints, pass_matrices, sandwich_flops, tile_grid
-
-
-class Blocking(NamedTuple):
-    """How a pass cuts its work: threads, tiles per tile row, tile rows per transform item, filters per filter
-    transform item, and scratch elements per thread."""
-    threads: int
-    tiles_w: int
-    rows_per_block: int
-    filter_block: int
-    scratch: int
 
 
 class Winograd(Algorithm):
@@ -153,51 +141,6 @@ class Winograd(Algorithm):
         tiles_h, tiles_w = self._tiles(p, op)
         return tiles_h * self.m + self.r - 1, tiles_w * self.m + self.r - 1
 
-    def _rows_per_chunk(self, p: ConvParams, op: str) -> int:
-        """Tile rows per chunk: as many as fit the chunk's tiles in chunk_bytes, balanced over the chunks."""
-        tiles_h, tiles_w = self._tiles(p, op)
-        row_bytes = self.alpha ** 2 * (p.C + p.K) * tiles_w * p.itemsize
-        rows = max(1, self.chunk_bytes // row_bytes)
-        n_rows = max(1, p.N * tiles_h)
-        n_chunks = -(-n_rows // rows)
-        return -(-n_rows // n_chunks)
-
-    def _n_chunks(self, p: ConvParams, op: str) -> int:
-        return -(-p.N * self._tiles(p, op)[0] // self._rows_per_chunk(p, op))
-
-    def _rows_per_block(self, p: ConvParams, op: str) -> int:
-        """Tile rows per item of a (non-register) transform kernel: tiles_per_block, in whole rows (at least one),
-        at most a chunk's."""
-        return min(max(1, self.tiles_per_block // self._tiles(p, op)[1]), self._rows_per_chunk(p, op))
-
-    def _scratch_elements(self, p: ConvParams, op: str, n_threads: int) -> int:
-        """Scratch elements per thread: the most any transform kernel of pass ``op`` uses at once."""
-        a, m, r = self.alpha, self.m, self.r
-        tiles = self._rows_per_block(p, op) * self._tiles(p, op)[1]
-        filters = filter_block_size(p.K * p.Cg, self.filter_block, n_threads)
-
-        def tile_kernel(b, a):           # X (b x a) on tiles: a 6 x 6 X by blocks of TB tiles in registers
-            if (b, a) == (6, 6):
-                return scratch_elements(6, 6, block_tiles(p.compute_dtype))
-            return scratch_elements(a, b, tiles)
-
-        if op == "backward_filter":      # x tiles by B'^T, dy tiles by G' (alpha x m), the sums S by A'^T (3 x alpha)
-            needs = (tile_kernel(a, a), tile_kernel(a, m), scratch_elements(a, r, filters))
-        else:                            # input tiles by B^T, output tiles by A^T (m x alpha), filters by G (alpha x 3)
-            needs = (tile_kernel(a, a), scratch_elements(a, m, tiles), scratch_elements(r, a, filters))
-        return max(needs)
-
-    def _blocking(self, p: ConvParams, op: str) -> Blocking:
-        """How pass ``op`` of ``p`` cuts its work at today's thread count; memoised per layer and settings
-        (working it out twice a call cost 4-6 us of Python, +10-20% on a 40 us layer)."""
-        n_threads = get_num_threads()
-        key = (p, op, n_threads, self.chunk_bytes, self.tiles_per_block, self.filter_block)
-        if key not in self._blockings:
-            self._blockings[key] = Blocking(n_threads, self._tiles(p, op)[1], self._rows_per_block(p, op),
-                                            filter_block_size(p.K * p.Cg, self.filter_block, n_threads),
-                                            self._scratch_elements(p, op, n_threads))
-        return self._blockings[key]
-
     def _scratch(self, blocking: Blocking, dtype):
         """One scratch row per thread, kept: the transform kernels carve their D, T, Y out of it in turn."""
         return self.workspace.get("scratch", (blocking.threads, blocking.scratch), dtype)
@@ -210,16 +153,16 @@ class Winograd(Algorithm):
         tiles_h, tiles_w = self._tiles(p, op)
         Hpad, Wpad = self._padded_hw(p, op)
         a2 = self.alpha ** 2
-        chunk = a2 * (p.C + p.K) * self._rows_per_chunk(p, op) * tiles_w
+        chunk = a2 * (p.C + p.K) * rows_per_chunk(self, p, op) * tiles_w
         if op == "forward":
             elements = a2 * p.K * p.Cg + p.N * p.C * Hpad * Wpad + chunk
         elif op == "backward_data":
             elements = a2 * p.K * p.Cg + p.N * p.K * Hpad * Wpad + chunk
         else:
             dy_tiles = 0 if self._dy_is_whole_tiles(p) else p.N * p.K * (Hpad - 2) * (Wpad - 2)
-            sums = a2 * p.K * p.Cg * (1 if self._n_chunks(p, op) == 1 else 2)
+            sums = a2 * p.K * p.Cg * (1 if n_chunks(self, p, op) == 1 else 2)
             elements = p.N * p.C * Hpad * Wpad + dy_tiles + chunk + sums
-        blocking = self._blocking(p, op)
+        blocking = blocking_of(self, p, op)
         return (elements + blocking.threads * blocking.scratch) * p.itemsize
 
     def gemm_multiplies(self, p: ConvParams, op: str = "forward") -> int:
@@ -233,7 +176,7 @@ class Winograd(Algorithm):
         gemm = 2 * self.gemm_multiplies(p, op)
         if op == "backward_filter":
             AT, G, BT = self.filter_matrices.AT, self.filter_matrices.G, self.filter_matrices.BT
-            chunk_sums = (self._n_chunks(p, op) - 1) * self.alpha ** 2 * p.K * p.Cg
+            chunk_sums = (n_chunks(self, p, op) - 1) * self.alpha ** 2 * p.K * p.Cg
             return (gemm + sandwich_flops(BT) * p.C * P + sandwich_flops(G) * p.K * P
                     + sandwich_flops(AT) * p.K * p.Cg + chunk_sums)
         n_in, n_out = (p.C, p.K) if op == "forward" else (p.K, p.C)
@@ -245,20 +188,20 @@ class Winograd(Algorithm):
     def prepare_weight(self, w, p: ConvParams, op: str):
         """U of the forward filters, or of backward-data's flipped ones: what the pass would compute first."""
         U = np.empty((self.alpha, self.alpha, p.K * p.Cg), w.dtype)
-        return self._transformed_filters(w, p, op, self._blocking(p, op), U)
+        return self._transformed_filters(w, p, op, blocking_of(self, p, op), U)
 
     def prepare_bytes(self, p: ConvParams, op: str = "forward") -> int:
         return self.alpha ** 2 * p.K * p.Cg * p.itemsize if self.prepares(op) else 0
 
     # ---- the passes ----------------------------------------------------------------------------------------
     def forward(self, x, w, p: ConvParams, out, prepared=None) -> None:
-        a2, blocking = self.alpha ** 2, self._blocking(p, "forward")
+        a2, blocking = self.alpha ** 2, blocking_of(self, p, "forward")
         U = self._transformed_filters(w, p, "forward", blocking) if prepared is None else prepared
         (top, _), (left, _) = p.padding
         self._correlate(x, top, left, U.reshape(a2, p.groups, p.Kg, p.Cg), p, "forward", blocking, out)
 
     def backward_data(self, dy, w, p: ConvParams, out, prepared=None) -> None:
-        a2, blocking = self.alpha ** 2, self._blocking(p, "backward_data")
+        a2, blocking = self.alpha ** 2, blocking_of(self, p, "backward_data")
         U = self._transformed_filters(w, p, "backward_data", blocking) if prepared is None else prepared  # flipped
         (top, _), (left, _) = p.padding
         U_t = U.reshape(a2, p.groups, p.Kg, p.Cg).transpose(0, 1, 3, 2)  # K and C swapped
@@ -268,7 +211,7 @@ class Winograd(Algorithm):
         a, a2, m = self.alpha, self.alpha ** 2, self.m
         AT, G, BT = self._float[x.dtype]["backward_filter"]
         tiles_h, tiles_w = self._tiles(p, "backward_filter")
-        blocking = self._blocking(p, "backward_filter")
+        blocking = blocking_of(self, p, "backward_filter")
         scratch = self._scratch(blocking, x.dtype)
         (top, _), (left, _) = p.padding
         xpad = self.workspace.get("pad", (p.N, p.C) + self._padded_hw(p, "backward_filter"), x.dtype)
@@ -306,7 +249,7 @@ class Winograd(Algorithm):
     def _chunks(self, p: ConvParams, op: str, first: int, second: int, dtype):
         """(q0, P, A, B) per chunk of P tiles from tile row q0: A (alpha, alpha, first, P) and B (alpha, alpha,
         second, P) views of one kept buffer (first + second = C + K channels of transformed tiles)."""
-        a, rows, tiles_w = self.alpha, self._rows_per_chunk(p, op), self._tiles(p, op)[1]
+        a, rows, tiles_w = self.alpha, rows_per_chunk(self, p, op), self._tiles(p, op)[1]
         buffer = self.workspace.get("tiles", (a * a * (p.C + p.K) * rows * tiles_w,), dtype)
         n_rows = p.N * self._tiles(p, op)[0]
         for q0 in range(0, n_rows, rows):

@@ -8,7 +8,7 @@ from numba import njit, prange
 
 from ..kernels.blocks import BLOCK, channel_block, channel_blocks, register_block
 from ..kernels.loops import share
-from .kernels import sandwich_block
+from .block_kernels import sandwich_block
 
 
 @njit(parallel=True, cache=True)

@@ -12,9 +12,8 @@ the compiler vectorises; the kernels around it only gather the batch into that l
 - ``output_transform``: A^T M A for every tile of every output channel, scattered into the output image.
 - ``outer_products``: the products of a depthwise layer (one input channel per group), where each GEMM is an
   outer product.
-- ``sandwich_block``: X D X^T for a 6-column X (F(4, 3)'s B^T and A^T, F(3, 4)'s B'^T) on one block of two
-  vector registers' worth of arrays, held in registers; ``block_transform`` is ``tile_transform`` built on it
-  (winograd_4x4's input transforms), and the fused pass (``fused_kernels.py``) uses it on its blocks.
+- ``block_kernels.py``: the same transforms for a 6-column X on one block of arrays held in registers
+  (winograd_4x4's input transforms, and the fused pass's).
 
 The transform kernels split their items statically over the threads; each thread carves its D, T and Y out of
 its own row of ``scratch`` (threads x elements, a buffer the algorithm keeps and counts in ``workspace_bytes``:
@@ -27,7 +26,7 @@ import numpy as np
 from numba import njit, prange
 
 from ..kernels.loops import share, valid_range
-from ..kernels.simd import REGISTER_BYTES, fma, lanes, load, splat, store, zeros
+from ..kernels.simd import REGISTER_BYTES
 
 
 def block_tiles(dtype) -> int:
@@ -55,7 +54,7 @@ def scratch_elements(a: int, b: int, batch: int) -> int:
 
 
 @njit(cache=True, inline="always")
-def _carve(row, a, b, batch):
+def carve(row, a, b, batch):
     """D (a, a, batch), T (b, a, batch), Y (b, b, batch): views of one thread's scratch row, SKEW apart."""
     t0 = a * a * batch + SKEW
     y0 = t0 + b * a * batch + SKEW
@@ -110,7 +109,7 @@ def filter_transform(src, X, block, scratch, dst):
     n_blocks = (n_filters + block - 1) // block
     n_threads = scratch.shape[0]
     for thread in prange(n_threads):
-        D, T, Y = _carve(scratch[thread], a, b, block)
+        D, T, Y = carve(scratch[thread], a, b, block)
         start, stop = share(n_blocks, thread, n_threads)
         for item in range(start, stop):
             f0 = item * block
@@ -171,7 +170,7 @@ def tile_transform(xpad, X, m, q0, tiles_w, rows_per_block, scratch, V):
     n_blocks = (n_rows + rows_per_block - 1) // rows_per_block
     n_threads = scratch.shape[0]
     for thread in prange(n_threads):
-        D, T, Y = _carve(scratch[thread], a, b, rows_per_block * tiles_w)
+        D, T, Y = carve(scratch[thread], a, b, rows_per_block * tiles_w)
         start, stop = share(C * n_blocks, thread, n_threads)
         for item in range(start, stop):
             c, first_row = item // n_blocks, (item % n_blocks) * rows_per_block
@@ -208,7 +207,7 @@ def output_transform(M, AT, q0, tiles_w, rows_per_block, scratch, out):
     n_blocks = (n_rows + rows_per_block - 1) // rows_per_block
     n_threads = scratch.shape[0]
     for thread in prange(n_threads):
-        D, T, Y = _carve(scratch[thread], alpha, m, rows_per_block * tiles_w)
+        D, T, Y = carve(scratch[thread], alpha, m, rows_per_block * tiles_w)
         start, stop = share(K * n_blocks, thread, n_threads)
         for item in range(start, stop):
             k, first_row = item // n_blocks, (item % n_blocks) * rows_per_block
@@ -244,68 +243,3 @@ def outer_products(U, V, M):
             u, dst = U[xi, g, k, 0], M[xi, g, k]
             for p in range(P):
                 dst[p] = u * src[p]
-
-
-@njit(cache=True, inline="always")
-def _mix6(w, v0, v1, v2, v3, v4, v5):
-    """w[0] v0 + w[1] v1 + ... + w[5] v5: one row w of a six-column matrix applied to six vectors."""
-    acc = fma(splat(w, 0), v0, zeros(w))
-    acc = fma(splat(w, 1), v1, acc)
-    acc = fma(splat(w, 2), v2, acc)
-    acc = fma(splat(w, 3), v3, acc)
-    acc = fma(splat(w, 4), v4, acc)
-    return fma(splat(w, 5), v5, acc)
-
-
-@njit(cache=True, inline="always")
-def sandwich_block(X, D, T, out, row):
-    """out[i*b + j, row, :2L] = (X D[:, :, t] X^T)[i, j] for the 2L arrays t of one block (L = lanes): the
-    batch axis is two vector registers long, and each step applies a row of X to six vectors held in registers
-    (``_mix6``), so the steps of different rows are independent and overlap in the CPU (X: (b, 6)).
-
-    D, T: (6, 6, 2L) (T: scratch); out: (b*b, rows, 2L)."""
-    b, L = X.shape[0], lanes(T[0, 0])
-    for l in range(6):                                   # T = X D, column by column
-        for h in range(0, 2 * L, L):
-            v0, v1, v2 = load(D[0, l], h), load(D[1, l], h), load(D[2, l], h)
-            v3, v4, v5 = load(D[3, l], h), load(D[4, l], h), load(D[5, l], h)
-            for i in range(b):
-                store(T[i, l], h, _mix6(X[i], v0, v1, v2, v3, v4, v5))
-    for i in range(b):                                   # out = T X^T, row by row
-        for h in range(0, 2 * L, L):
-            v0, v1, v2 = load(T[i, 0], h), load(T[i, 1], h), load(T[i, 2], h)
-            v3, v4, v5 = load(T[i, 3], h), load(T[i, 4], h), load(T[i, 5], h)
-            for j in range(b):
-                store(out[i * b + j, row], h, _mix6(X[j], v0, v1, v2, v3, v4, v5))
-
-
-@njit(parallel=True, cache=True)
-def block_transform(xpad, X, m, q0, tiles_w, scratch, V):
-    """``tile_transform`` for a 6 x 6 X (F(4, 3)'s B^T and F(3, 4)'s): V[:, :, c, q*tiles_w + tx] = X d X^T for
-    the 6 x 6 tile d at (ty*m, tx*m) of channel c, tile row q0 + q = n * tiles_h + ty. One item is one channel
-    and a block of TB tiles (two vector registers' lanes, across tile rows), transformed in registers
-    (``sandwich_block``), not in tiles_w-long loops that a small plane makes short; scratch: (threads,
-    >= scratch_elements(6, 6, TB)), TB = ``block_tiles(dtype)``."""
-    C, Hpad = xpad.shape[1], xpad.shape[2]
-    tiles_h, P = (Hpad - 6) // m + 1, V.shape[3]
-    TB = 2 * lanes(xpad[0, 0, 0])
-    n_blocks = (P + TB - 1) // TB
-    n_threads = scratch.shape[0]
-    for thread in prange(n_threads):
-        d, tt, y = _carve(scratch[thread], 6, 6, TB)
-        y = y.reshape((36, 1, TB))
-        start, stop = share(C * n_blocks, thread, n_threads)
-        for item in range(start, stop):
-            c, p0 = item // n_blocks, (item % n_blocks) * TB
-            count = min(TB, P - p0)
-            for t in range(TB):                   # a block's missing tiles repeat its tiles: read, never written
-                row, tx = q0 + (p0 + t % count) // tiles_w, (p0 + t % count) % tiles_w
-                plane, top = xpad[row // tiles_h, c], (row % tiles_h) * m
-                for k in range(6):
-                    for l in range(6):
-                        d[k, l, t] = plane[top + k, tx * m + l]
-            sandwich_block(X, d, tt, y, 0)
-            for xi in range(36):
-                into, value = V[xi // 6, xi % 6, c, p0:p0 + count], y[xi, 0]
-                for t in range(count):
-                    into[t] = value[t]
