@@ -58,6 +58,8 @@ def implicit_gemm_kernel(dtype: str, T: int):
     return kernel
 
 
+# backward_data_kernel is a deliberate twin of the forward kernel above: the same T x T shared-memory tiled
+# product, its patch tile gathered from dy (the phase test) instead of from x.
 @functools.lru_cache(maxsize=None)
 def backward_data_kernel(dtype: str, T: int):
     """dx tile (T input channels x T input pixels) = W[g]^T @ dY_patch[g], reduction over (k, r, s); the dy

@@ -12,7 +12,8 @@ import pytest
 import convalgos
 from convalgos import cuda as gpu
 from convalgos import reference
-from convalgos.arrays import simulator_enabled
+
+from gpu_arrays import device, host
 
 # (N, C, H, W, K, R, S, stride, padding, dilation, groups): tiny, covering what each feature touches.
 LAYERS = [
@@ -30,16 +31,6 @@ NAMES = list(gpu.ALGORITHMS)
 gpu_conv2d = functools.partial(convalgos.conv2d, backend="cuda")
 
 
-def device(a):
-    """The array on the device: a NumPy array under the simulator, else a CuPy array."""
-    if simulator_enabled():
-        return a
-    import cupy
-    return cupy.asarray(a)
-
-
-def host(a):
-    return a if isinstance(a, np.ndarray) else a.get()
 
 
 def layer_arrays(layer, dtype, seed=0):

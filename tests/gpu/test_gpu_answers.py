@@ -5,7 +5,6 @@ import subprocess
 import sys
 
 import numpy as np
-import pytest
 
 import convalgos
 from convalgos import PASSES, ConvParams, reference

@@ -9,6 +9,8 @@ from convalgos import ConvParams, reference
 from convalgos import cuda as gpu
 from convalgos.arrays import simulator_enabled
 
+from gpu_arrays import device, host
+
 NAMES = ["direct", "implicit_gemm", "im2col"]
 BACKWARD = ["backward_data", "backward_filter"]
 
@@ -26,16 +28,6 @@ LAYERS = {
 }
 
 
-def device(a):
-    """The array on the device: a NumPy array under the simulator, else a CuPy array."""
-    if simulator_enabled():
-        return a
-    import cupy
-    return cupy.asarray(a)
-
-
-def host(a):
-    return a if isinstance(a, np.ndarray) else a.get()
 
 
 def layer(name: str, dtype="float32"):

@@ -14,11 +14,12 @@ import pytest
 import convalgos
 from convalgos import PASSES, ConvParams, reference
 from convalgos import cuda as gpu
-from convalgos.arrays import simulator_enabled
 from convalgos.fft import gpu as fft_gpu
 from convalgos.fft import gpu_kernels as fft_kernels
 from convalgos.winograd import gpu as winograd_gpu
 from convalgos.winograd import gpu_kernels as winograd_kernels
+
+from gpu_arrays import device, host
 
 NAMES = ["fft", "fft_tiled", "winograd_2x2", "winograd_4x4", "winograd_6x6"]
 # (x shape, w shape, keywords): tiny, covering what each feature touches.
@@ -36,15 +37,6 @@ LAYERS = [
 IDS = [f"layer{i}" for i in range(len(LAYERS))]
 
 
-def device(a):
-    if simulator_enabled():
-        return a
-    import cupy
-    return cupy.asarray(a)
-
-
-def host(a):
-    return a if isinstance(a, np.ndarray) else a.get()
 
 
 def case(layer, dtype=np.float32, seed=0):
