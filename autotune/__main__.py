@@ -28,7 +28,7 @@ import convalgos
 
 import autotune
 from autotune import cache, models, nn, profile
-from autotune.cli_common import interrupted, positive_int, write_json
+from autotune.cli_common import ctrl_c_lands, interrupted, positive_int, write_json
 from autotune.devices import CudaEventTimer
 from autotune.train_cli import train_main
 from convalgos.backends import BACKENDS
@@ -157,7 +157,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     check_options(ap, args)
     try:
-        return tune_and_report(ap, args)
+        with ctrl_c_lands():
+            return tune_and_report(ap, args)
     except KeyboardInterrupt:
         return interrupted(args.cache, "resumes from them: a tuned key is not timed again")
 

@@ -1,10 +1,12 @@
 """What the two command lines (``python -m autotune`` and ``python -m autotune train``) share: option types,
-the JSON output, and the one line a Ctrl-C prints."""
+the JSON output, and Ctrl-C: it always lands, and prints one line."""
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
 
 import autotune
@@ -39,9 +41,32 @@ def write_json(path: str, doc: dict) -> None:
             json.dump(doc, f, indent=1, default=str)
 
 
+#: seconds after a Ctrl-C before it is raised again, should the first have been swallowed
+AGAIN_AFTER = 0.2
+
+
+@contextlib.contextmanager
+def ctrl_c_lands():
+    """Within the block, Ctrl-C raises KeyboardInterrupt, and again every AGAIN_AFTER seconds until
+    ``interrupted`` runs. Python raises a signal's exception at whatever bytecode comes next, and when that is
+    inside a finalizer (``__del__``, run by the garbage collector at any moment) the exception is reported as
+    ignored and the program goes on: seen here as one Ctrl-C in ~15 that left training running to its end."""
+    def raise_interrupt(signum, frame):
+        signal.setitimer(signal.ITIMER_REAL, AGAIN_AFTER)
+        raise KeyboardInterrupt
+    old = signal.signal(signal.SIGINT, raise_interrupt), signal.signal(signal.SIGALRM, raise_interrupt)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGINT, old[0])
+        signal.signal(signal.SIGALRM, old[1])
+
+
 def interrupted(cache_path, resume: str) -> int:
     """Ctrl-C: one line on stderr saying what was kept (the cache entries saved, and where) and how to resume,
     instead of a traceback; exit status 130 (128 + SIGINT), as a shell gives."""
+    signal.setitimer(signal.ITIMER_REAL, 0)       # landed: no repeat (``ctrl_c_lands``)
     path = cache_path or os.environ.get("AUTOTUNE_CACHE")
     if cache_path:
         autotune.save(cache_path)                # --cache is saved after the pass: keep what was tuned so far

@@ -11,7 +11,7 @@ import sys
 from convalgos.arrays import simulator_enabled
 
 from . import cache, profile, train
-from .cli_common import interrupted, non_negative, positive_int, write_json
+from .cli_common import ctrl_c_lands, interrupted, non_negative, positive_int, write_json
 
 
 def train_parser() -> argparse.ArgumentParser:
@@ -56,10 +56,11 @@ def train_main(argv) -> int:
     def report(record):
         print(train.epoch_line(record), file=out, flush=True)
     try:
-        result = train.fit(args.model, args.data, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
-                           momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
-                           deterministic=args.deterministic, benchmark_limit=args.benchmark_limit,
-                           subset=args.subset, on_epoch=report, device=args.device)
+        with ctrl_c_lands():
+            result = train.fit(args.model, args.data, epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
+                               momentum=args.momentum, weight_decay=args.weight_decay, seed=args.seed,
+                               deterministic=args.deterministic, benchmark_limit=args.benchmark_limit,
+                               subset=args.subset, on_epoch=report, device=args.device)
     except ImportError as err:                 # the data set's extra is not installed
         ap.error(str(err))
     except KeyboardInterrupt:
