@@ -8,7 +8,7 @@ from autotune_fakes import FakeClock
 from convalgos import ConvParams, PASSES, reference
 
 
-def test_interleaved_excludes_warmup_and_rotates_the_order():
+def test_interleaved_excludes_warmup_and_shuffles_the_order():
     clock, order = FakeClock(), []
 
     def call(name, cost):
@@ -17,10 +17,14 @@ def test_interleaved_excludes_warmup_and_rotates_the_order():
             clock.advance(cost)
         return run
 
-    samples = measure.interleaved({"a": call("a", 1.0), "b": call("b", 2.0), "c": call("c", 3.0)}, rounds=3,
+    samples = measure.interleaved({"a": call("a", 1.0), "b": call("b", 2.0), "c": call("c", 3.0)}, rounds=12,
                                   timer=measure.Timer(clock), warmup=2)
-    assert samples == {"a": [1.0] * 3, "b": [2.0] * 3, "c": [3.0] * 3}
-    assert order[:6] == list("abcabc") and order[6:] == list("abc" "bca" "cab")
+    assert samples == {"a": [1.0] * 12, "b": [2.0] * 12, "c": [3.0] * 12}
+    rounds = [order[i:i + 3] for i in range(6, len(order), 3)]
+    assert order[:6] == list("abcabc") and rounds[0] == list("abc")
+    assert all(sorted(r) == list("abc") for r in rounds)                 # each round runs each once
+    before_a = {r[r.index("a") - 1] if r.index("a") else None for r in rounds}
+    assert len(before_a) == 3                                             # a follows b, c, and runs first
 
 
 def test_interleaved_runs_more_rounds_until_min_seconds():
