@@ -14,18 +14,25 @@ Measured on 2 shared cores (Sapphire Rapids), fresh processes (``bench/orders.py
    second copy that loads when ``scipy.linalg`` first does. ``configure`` loads it with
    OPENBLAS_THREAD_TIMEOUT=16 (2**16 cycles, ~25 us: still awake across back-to-back products). numpy's BLAS
    keeps the user's settings: their own ``np.dot`` is as fast, and as threaded, as without convalgos.
-2. **Numba's OpenMP runtime.** Numba loads its threading layer on first use, and its ``omppool`` binds its
-   ``GOMP_*`` symbols through the process's global scope first. torch loads its own ``libgomp.so.1`` there
-   (RTLD_GLOBAL), so with torch imported first Numba's parallel regions ran on **torch's** runtime, set up
-   before convalgos could say how it waits (libgomp's default: spin ~4 ms after each region). With another
-   process busy on the cores a small ``prange`` kernel then took 8-10 ms instead of 1.0 ms (spinning barrier
-   threads wait out each other's time slices). ``configure`` loads Numba's layer itself, with RTLD_DEEPBIND
-   (the layer binds to the libgomp it was linked against, the system's) and OMP_WAIT_POLICY=PASSIVE,
-   GOMP_SPINCOUNT=10000 (~0.1 ms of spin, then sleep) in the environment for that load only.
-3. **torch's OpenMP runtime** is the user's: convalgos no longer sets its variables for it (it did when imported
-   before torch). After each torch op its threads spin ~4 ms by default (measured: 3.8-4.4 ms of CPU per op);
-   convalgos cannot change that once torch is loaded, so ``report`` says how to (the environment variables
-   above, set before the program starts).
+2. **Numba's OpenMP runtime.** Numba loads its threading layer on first use. Loaded by ``configure`` before
+   torch, it gets the system's libgomp with OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOUNT=10000 (~0.1 ms of
+   spin, then sleep) in the environment for that load only; torch imported later finds a ``libgomp.so.1``
+   already loaded and uses the same runtime, so there is one pool, set up by convalgos. Loaded after torch,
+   whose own ``libgomp.so.1`` is in the global scope, the choice is between two pools and one:
+   - loaded with RTLD_DEEPBIND, Numba's layer binds to the system's libgomp: a second pool, set up by convalgos,
+     beside torch's, whose threads spin ~4 ms after every torch op (libgomp's default) and take the cores from
+     the kernels that follow. Measured (ResNet-20 b32 training step through the torch bridge, torch imported
+     first): 168-178 ms, against 83 ms with convalgos imported first;
+   - left to bind through the global scope, Numba's regions run on torch's runtime: one pool, so the threads
+     that spin after a torch op are the ones the next convalgos kernel runs on. The same step: 78-92 ms;
+     ResNet-18 b1 eval through the bridge 23 ms against 49-50 ms with two pools; the project's own training
+     step (bench.train, torch's twin in the process) 73.6 against 75.9 ms. Its cost: with ANOTHER process busy
+     on the cores, a small ``prange`` kernel took 8-10 ms instead of 1.0 ms on the spinning runtime.
+   ``configure`` takes one pool (torch's) when torch came first: the bridge, where torch ops run between our
+   passes in every step, is where a torch user meets this.
+3. **torch's OpenMP runtime** is the user's: convalgos does not set its variables. After each region its threads
+   spin ~4 ms by default (measured: 3.8-4.4 ms of CPU per torch op); convalgos cannot change that once torch is
+   loaded, so ``report`` says how to (the environment variables above, set before the program starts).
 
 scipy.fft's worker threads (``workers=-1``) sleep when idle: measured, they burn no CPU after a transform.
 
@@ -85,6 +92,11 @@ def loaded_libraries(*words) -> list:
     return sorted(p for p in paths if any(w in os.path.basename(p) for w in words))
 
 
+def torch_libgomp() -> bool:
+    """True when torch has its own libgomp mapped (torch's wheels bundle one under torch/lib)."""
+    return any("torch" in path for path in loaded_libraries("libgomp"))
+
+
 def scipy_blas_path():
     """The OpenBLAS file bundled with scipy, if mapped (scipy.libs/libscipy_openblas*)."""
     return next((p for p in loaded_libraries("openblas") if "scipy.libs" in p), None)
@@ -128,9 +140,12 @@ def configure() -> None:
     import numba
     from numba.np.ufunc import parallel
     STATE["loaded before"]["Numba threads"] = bool(getattr(parallel, "_is_initialized", False))
-    with environment(NUMBA_OPENMP_ENV) as added, deep_binding():
+    torch_pool = STATE["loaded before"]["torch"] and bool(loaded_libraries("libgomp") and torch_libgomp())
+    binding = contextlib.nullcontext() if torch_pool else deep_binding()
+    with environment(NUMBA_OPENMP_ENV) as added, binding:
         numba.get_num_threads()          # loads Numba's threading layer and starts its pool, here
     STATE["Numba OpenMP env"] = added
+    STATE["Numba OpenMP runtime"] = "torch's (one pool with torch's ops)" if torch_pool else "the system's libgomp"
     missed = ["Numba's thread pool"] if STATE["loaded before"]["Numba threads"] else []
     if missed and not NUMBA_OPENMP_ENV.keys() & os.environ.keys():
         warnings.warn(f"{' and '.join(missed)} loaded before convalgos: its threads wait as they were set up "
@@ -144,8 +159,11 @@ FIX = ("set OPENBLAS_THREAD_TIMEOUT=16, OMP_WAIT_POLICY=PASSIVE and GOMP_SPINCOU
 def report() -> str:
     """What convalgos did to this process's threads, and what it found set up before it."""
     import numba
-    lines = [f"Numba: threading layer {numba.threading_layer()}, {numba.get_num_threads()} threads; loaded by "
-             f"convalgos with {STATE.get('Numba OpenMP env') or 'the environment as the user set it'}"]
+    runtime = STATE.get("Numba OpenMP runtime", "?")
+    settings = ("as torch's runtime read them when torch loaded" if runtime.startswith("torch")
+                else f"loaded by convalgos with {STATE.get('Numba OpenMP env') or 'the environment as the user set it'}")
+    lines = [f"Numba: threading layer {numba.threading_layer()}, {numba.get_num_threads()} threads, on {runtime}; "
+             f"{settings}"]
     omp = loaded_libraries("libgomp", "libiomp", "libomp")
     if omp:
         lines.append("OpenMP runtimes mapped: " + ", ".join(omp))
@@ -157,7 +175,7 @@ def report() -> str:
     if "torch" in sys.modules:
         torch_env = {k: os.environ.get(k) for k in NUMBA_OPENMP_ENV}
         lines.append(f"torch's OpenMP: the user's (environment {torch_env}); with OMP_WAIT_POLICY unset its threads "
-                     "spin ~4 ms after each torch op, slowing a convalgos call that follows: " + FIX)
+                     "spin ~4 ms after each region, burning CPU that other work could use: " + FIX)
     before = [name for name, was in STATE.get("loaded before", {}).items() if was]
     if before:
         lines.append("loaded before convalgos: " + ", ".join(before))

@@ -122,10 +122,13 @@ def facts():
 @pytest.mark.parametrize("order", list(FIRST))
 def test_no_thread_spins_after_convalgos_work(order, facts):
     """3 idle windows of 150 ms after each kind of call; OpenBLAS's default spin alone burns ~50-100 ms a
-    window, libgomp's default ~4 ms per parallel region."""
+    window, libgomp's default ~4 ms per parallel region. With torch first, Numba's regions run on torch's
+    runtime (one pool: ``convalgos.threads``), which spins as torch's settings say: a few regions' ~4 ms, never
+    OpenBLAS's ~0.1 s."""
     got = facts(order)
+    allowed = 0.03 if order == "torch" else 0.005
     for call in ("im2col", "fft", "direct", "gemm"):
-        assert got[call] < 0.005, f"{order} first: {call} left threads burning {got[call] * 1e3:.1f} ms idle"
+        assert got[call] < allowed, f"{order} first: {call} left threads burning {got[call] * 1e3:.1f} ms idle"
 
 
 @pytest.mark.parametrize("order", list(FIRST))
@@ -150,27 +153,40 @@ def test_the_probe_sees_numpy_blas_spinning(baseline, facts):
     assert facts("numpy")["user_np_dot"] > 0.01
 
 
-def test_numba_binds_to_the_openmp_runtime_convalgos_configured():
-    """torch first: torch's libgomp is in the global scope, where Numba's omppool would otherwise find GOMP_*.
-    The loader's own log says which library each symbol came from, and libgomp's which settings it read."""
+def test_with_torch_first_numba_runs_on_torch_s_runtime_one_pool():
+    """torch first: torch's libgomp is in the global scope, and Numba's omppool binds its GOMP_* there, so torch's
+    ops and convalgos' kernels share one pool (convalgos.threads: two pools cost the bridge's step 2x). The
+    loader's own log says which library each symbol came from."""
     pytest.importorskip("torch")
     code = ("import torch, convalgos, numba, numpy as np\n"
             "convalgos.conv2d(np.ones((1, 4, 8, 8), np.float32), np.ones((4, 4, 3, 3), np.float32), algo='direct')\n"
-            "print(numba.threading_layer())")
+            "print(numba.threading_layer())\n"
+            "print(convalgos.threads.report().splitlines()[0])")
     log = "/tmp/convalgos-ld-%d" % os.getpid()
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
-                         env=environment(LD_DEBUG="bindings", LD_DEBUG_OUTPUT=log, OMP_DISPLAY_ENV="verbose"))
+                         env=environment(LD_DEBUG="bindings", LD_DEBUG_OUTPUT=log))
     assert out.returncode == 0, out.stderr[-3000:]
-    if out.stdout.strip() != "omp":
-        pytest.skip(f"Numba's threading layer here is {out.stdout.strip()}")
+    layer, first = out.stdout.strip().splitlines()[-2:]
+    if layer != "omp":
+        pytest.skip(f"Numba's threading layer here is {layer}")
     lines = []
     for name in os.listdir("/tmp"):
         if name.startswith(os.path.basename(log)):
             with open(os.path.join("/tmp", name)) as f:
                 lines += [line for line in f if "omppool" in line and "GOMP_parallel" in line]
             os.remove(os.path.join("/tmp", name))
-    assert lines and all("torch" not in line.split(" to ")[1] for line in lines), lines
-    # each runtime prints its settings when it starts: torch's with libgomp's default spin (300000), and one with
-    # convalgos' (10000 spins, then sleep)
+    assert lines and all("torch" in line.split(" to ")[1] for line in lines), lines
+    assert "on torch's (one pool with torch's ops)" in first, first
+
+
+def test_with_convalgos_first_torch_runs_on_the_runtime_convalgos_configured():
+    """convalgos first: Numba loads the system's libgomp with convalgos' wait settings; torch, imported later,
+    finds a libgomp.so.1 already loaded and runs on it (one runtime, which prints its settings once)."""
+    pytest.importorskip("torch")
+    code = "import convalgos, torch\ntorch.ones(64, 64) @ torch.ones(64, 64)\nprint(convalgos.threads.report())"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300,
+                         env=environment(OMP_DISPLAY_ENV="verbose"))
+    assert out.returncode == 0, out.stderr[-3000:]
     spins = [s.split("GOMP_SPINCOUNT = '")[1].split("'")[0] for s in out.stderr.split("DISPLAY ENVIRONMENT BEGIN")[1:]]
-    assert "10000" in spins, spins
+    assert spins == ["10000"], spins
+    assert "torch/lib/libgomp" not in out.stdout
