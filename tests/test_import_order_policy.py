@@ -123,10 +123,10 @@ def facts():
 def test_no_thread_spins_after_convalgos_work(order, facts):
     """3 idle windows of 150 ms after each kind of call; OpenBLAS's default spin alone burns ~50-100 ms a
     window, libgomp's default ~4 ms per parallel region. With torch first, Numba's regions run on torch's
-    runtime (one pool: ``convalgos.threads``), which spins as torch's settings say: a few regions' ~4 ms, never
-    OpenBLAS's ~0.1 s."""
+    runtime (one pool: ``convalgos.threads``), which spins as torch's settings say: a few regions' ~4 ms (10-30
+    ms over the 3 windows seen here, so up to 60 ms allowed), never OpenBLAS's 150-300 ms."""
     got = facts(order)
-    allowed = 0.03 if order == "torch" else 0.005
+    allowed = 0.06 if order == "torch" else 0.005
     for call in ("im2col", "fft", "direct", "gemm"):
         assert got[call] < allowed, f"{order} first: {call} left threads burning {got[call] * 1e3:.1f} ms idle"
 

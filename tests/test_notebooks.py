@@ -34,7 +34,7 @@ def test_notebooks_exist():
     assert [p.name for p in NOTEBOOKS] == ["01_algorithms.ipynb", "02_benchmark_mode.ipynb",
                                            "03_shapes_not_values.ipynb", "04_changing_shapes.ipynb",
                                            "05_determinism.ipynb", "06_training.ipynb", "07_torch_model.ipynb",
-                                           "08_your_own_algorithm.ipynb"]
+                                           "08_your_own_algorithm.ipynb", "09_where_each_wins.ipynb"]
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

@@ -66,7 +66,7 @@ def measure_ratios():
         for k in inputs:
             ratio = measure.median(samples[k]) / measure.median(samples[BASE])
             error = 1.86 * np.hypot(measure.noise(samples[k]), measure.noise(samples[BASE]))
-            out[a][k] = (ratio, k != BASE and abs(ratio - 1) > 3 * error)
+            out[a][k] = (ratio, k != BASE and abs(ratio - 1) > 3 * error, 3 * error)
     return out, base_ms
 
 first, base_ms = measure_ratios()
@@ -78,6 +78,10 @@ for k in names:
     cells = [f"{first[a][k][0]:.2f}{'*' if first[a][k][1] else ' '}/{second[a][k][0]:.2f}"
              f"{'*' if second[a][k][1] else ' '}" for a in algos]
     print(f"{k:<20}" + "".join(f"{c:>15}" for c in cells))
+bands = [f"±{max(first[a][k][2] for k in names):.2f}/{max(second[a][k][2] for k in names):.2f}" for a in algos]
+print(f"{'(widest band: 3 SE)':<20}" + "".join(f"{b:>15}" for b in bands))
+print("a ratio deviates when it is further from 1 than its own band; a noisy algorithm's band is wide, so a\n"
+      "ratio far from 1 can still be within its noise (the band row shows the widest of its cases)")
 
 # %%
 fig, ax = plt.subplots(figsize=(9, 3.8))
@@ -95,7 +99,7 @@ plt.show()
 repeatable, once = [], []
 for a in algos:
     for k in names:
-        (r1, d1), (r2, d2) = first[a][k], second[a][k]
+        (r1, d1, _), (r2, d2, _) = first[a][k], second[a][k]
         if d1 and d2 and (r1 > 1) == (r2 > 1):
             repeatable.append((a, k, r1, r2))
         elif d1 or d2:
@@ -137,7 +141,7 @@ for label in ("random N(0,1)", "random N(0,1)", "constant 0.1"):
     runs.append((label, entry))
     ranking = sorted(entry.times, key=entry.times.get)
     tied = ", ".join(entry.tied) if len(entry.tied) > 1 else "none"
-    print(f"tuned on {label:<14}: chose {entry.algo:<13} ranking {ranking[:4]}...  tied in the tuning: {tied}")
+    print(f"tuned on {label:<14}: chose {entry.algo:<19} ranking {ranking[:4]}...  tied in the tuning: {tied}")
 
 (_, r1), (_, r2), (_, c) = runs
 agree = r1.algo == r2.algo

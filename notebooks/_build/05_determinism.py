@@ -42,9 +42,9 @@ print(f"this machine: {os.cpu_count()} cores, load average {load:.1f}"
 # %%
 outputs = {name: convalgos.conv2d(x, w, padding=1, algo=name) for name in runnable}
 base = outputs["direct"]
-print(f"{'algorithm':<14}{'bits differ from direct':>24}{'max |diff|':>12}{'error vs f64':>14}  sha256")
+print(f"{'algorithm':<20}{'bits differ from direct':>24}{'max |diff|':>12}{'error vs f64':>14}  sha256")
 for name, y in outputs.items():
-    print(f"{name:<14}{np.mean(y != base):>23.1%}{np.max(np.abs(y - base)):>12.1e}"
+    print(f"{name:<20}{np.mean(y != base):>23.1%}{np.max(np.abs(y - base)):>12.1e}"
           f"{reference.normwise_error(y, ref):>14.1e}  {digest(y)}")
 print("\ndistinct output bit patterns among", len(outputs), "algorithms:", len({digest(y) for y in outputs.values()}))
 
@@ -61,7 +61,7 @@ repeats = {}
 for name in runnable:
     again = convalgos.conv2d(x, w, padding=1, algo=name)
     repeats[name] = np.array_equal(again, outputs[name])
-    print(f"{name:<14} declared deterministic: {convalgos.ALGORITHMS[name].deterministic!s:<6} "
+    print(f"{name:<20} declared deterministic: {convalgos.ALGORITHMS[name].deterministic!s:<6} "
           f"second run bitwise equal: {repeats[name]}")
 print("\nevery algorithm repeated its bits:", all(repeats.values()))
 
@@ -99,7 +99,7 @@ medians = {n: measure.median(s) for n, s in samples.items()}
 tied = measure.tied_with_fastest(samples, tie_tolerance=0.01)
 fastest = tied[0]
 for n in sorted(medians, key=medians.get):
-    print(f"{n:<14}{medians[n] * 1e3:8.3f} ms  ({medians[n] / medians[fastest]:.2f}x the fastest, noise "
+    print(f"{n:<20}{medians[n] * 1e3:8.3f} ms  ({medians[n] / medians[fastest]:.2f}x the fastest, noise "
           f"{measure.noise(samples[n]):.1%})" + ("  tied with the fastest" if n in tied and n != fastest else ""))
 
 print()

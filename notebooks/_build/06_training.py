@@ -178,30 +178,79 @@ else:
           f"tuning are lost")
 
 # %% [markdown]
+# What did the heuristic run instead? Both tables hold one entry per (layer, pass) at batch 64: benchmark
+# off's holds the heuristic's pick, benchmark on's the tuned pick and the time the tuning measured for every
+# candidate, the heuristic's pick included. Where they differ, the last column is the heuristic's pick's
+# median over the tuned pick's, both from that one tuning:
+
+# %%
+def training_keys(tuner):
+    """(weight shape, pass) -> entry, for the training step's keys at batch 64 (eval has its own)."""
+    return {(e.key.params.weight_shape, e.key.op): e for e in tuner.dispatch_table()
+            if e.key.params.N == BATCH and not e.key.prepared}
+
+guess = training_keys(results["benchmark off"]["tuner"])
+tuned_keys = training_keys(results["benchmark on, last batch dropped"]["tuner"])
+layer_of = {conv.weight.shape: name for name, conv in nn.conv_layers(results["benchmark off"]["net"])}
+print(f"{'layer':<7}{'pass':<17}{'heuristic':>14}{'tuned':>14}{'heuristic / tuned (tuning medians)':>38}")
+slower = {}
+for (shape, op), e in tuned_keys.items():
+    h = guess[(shape, op)].algo
+    ratio = e.times[h] / e.times[e.algo] if h in e.times else float("nan")
+    cell = "same pick" if h == e.algo else (f"{ratio:.2f}x" if h in e.times else "not timed: " + e.skipped.get(h, "?"))
+    if h != e.algo:
+        slower[(layer_of[shape], op)] = ratio
+    print(f"{layer_of[shape]:<7}{op:<17}{h:>14}{e.algo:>14}{cell:>38}")
+print(f"\nthe heuristic picked differently on {len(slower)} of {len(tuned_keys)} (layer, pass) keys"
+      + (f"; there the tuning measured its pick {min(slower.values()):.1f}-{max(slower.values()):.1f}x slower"
+         if slower else ""))
+
+# %% [markdown]
 # ## One layer, three passes, different choices?
 #
 # The table of the fixed-shape run holds one entry per (layer, pass) at batch 64. `entry.key.op` names the
 # pass; `entry.times` the median time of every candidate the tuning timed for that pass.
 
 # %%
-table = [e for e in results["benchmark on, last batch dropped"]["tuner"].dispatch_table()
-         if e.key.params.N == BATCH and not e.key.prepared]      # the training step's keys (eval has its own)
-convs = nn.conv_layers(results["benchmark on, last batch dropped"]["net"])
-by_layer = {name: {e.key.op: e for op in convalgos.PASSES for e in table
-                   if e.key.op == op and e.key.params.weight_shape == conv.weight.shape}
-            for name, conv in convs}                        # layer -> pass -> entry, passes in training order
-print(f"{'layer':<8}" + "".join(f"{op:>18}" for op in convalgos.PASSES))
+by_layer = {}                                               # layer -> pass -> entry, passes in training order
+for (shape, op), e in sorted(tuned_keys.items(), key=lambda kv: convalgos.PASSES.index(kv[0][1])):
+    by_layer.setdefault(layer_of[shape], {})[op] = e
+print(f"LeNet-5, batch {BATCH}\n{'layer':<8}" + "".join(f"{op:>20}" for op in convalgos.PASSES))
 for name, entries in by_layer.items():
-    print(f"{name:<8}" + "".join(f"{entries[op].algo if op in entries else '(not run)':>18}"
+    print(f"{name:<8}" + "".join(f"{entries[op].algo if op in entries else '(not run)':>20}"
                                  for op in convalgos.PASSES))
 skipped = [name for name, entries in by_layer.items() if "backward_data" not in entries]
 if skipped:
     print(f"\n{', '.join(skipped)}: no input gradient computed (nothing upstream needs it; torch skips it too)")
 distinct = {name: len({e.algo for e in entries.values()}) for name, entries in by_layer.items()}
-layer = max(distinct, key=distinct.get)
-print(f"\n{layer}'s {len(by_layer[layer])} passes chose {distinct[layer]} distinct algorithm(s)"
-      + ("" if distinct[layer] > 1 else ": on this machine one algorithm won every pass of every layer"))
+print("distinct algorithms over each layer's passes:", distinct)
 
+# %% [markdown]
+# LeNet's layers are small and narrow (1 and 6 input channels, 5x5 kernels), where the direct sum's register
+# blocks have little competition; if one algorithm won every pass above, that is this machine's answer for
+# them, not a rule. The passes disagree where their shapes give the algorithms different work: a deeper 3x3
+# layer, like the last stage of CIFAR ResNet-20 (64 channels at 8x8, batch 32), where Winograd's transforms
+# may pay for themselves in the forward and backward-data passes, while backward-filter (the kernel there is
+# a whole 8x8 plane of dy) is another shape altogether, which the fused Winograd does not run. One tuner, the
+# three passes of that layer:
+
+# %%
+deep = autotune.Tuner(benchmark=True)
+xd = rng.standard_normal((32, 64, 8, 8), dtype=np.float32)
+wd = rng.standard_normal((64, 64, 3, 3), dtype=np.float32) / 24
+dyd = rng.standard_normal((32, 64, 8, 8), dtype=np.float32)
+deep.conv2d(xd, wd, padding=1)
+deep.conv2d_input(xd.shape, wd, dyd, padding=1)
+deep.conv2d_weight(xd, wd.shape, dyd, padding=1)
+by_layer["resnet20 stage 3 (batch 32)"] = {e.key.op: e for e in deep.dispatch_table()}
+print(f"{'layer':<28}" + "".join(f"{op:>20}" for op in convalgos.PASSES))
+for name, entries in list(by_layer.items())[-1:]:
+    print(f"{name:<28}" + "".join(f"{entries[op].algo:>20}" for op in convalgos.PASSES))
+distinct = {name: len({e.algo for e in entries.values()}) for name, entries in by_layer.items()}
+layer = max(distinct, key=lambda name: (distinct[name], name.startswith("resnet")))
+print(f"\n{layer}'s {len(by_layer[layer])} passes chose {distinct[layer]} distinct algorithm(s)"
+      + ("" if distinct[layer] > 1 else ": on this machine now one algorithm won every pass of every layer "
+         "shown, the deep one included"))
 # %% [markdown]
 # Why? For each pass of that layer, every candidate's median time during the tuning, relative to the pass's
 # choice, and the arithmetic it does for that pass relative to the direct sum (`algorithm.flops(p, op) /
@@ -215,10 +264,10 @@ print(f"{layer}: {p}")
 for op, e in entries.items():
     ranked = sorted(e.times, key=e.times.get)
     print(f"\n{op}: chose {e.algo}" + (f" (tied within the noise: {', '.join(e.tied)})" if len(e.tied) > 1 else ""))
-    print(f"    {'candidate':<15}{'median ms':>10}{'/ chosen':>10}{'FLOPs / direct sum':>20}")
+    print(f"    {'candidate':<22}{'median ms':>10}{'/ chosen':>10}{'FLOPs / direct sum':>20}")
     for n in ranked:
         flops = convalgos.ALGORITHMS[n].flops(p, op) / p.flops
-        print(f"    {n + (' *' if n == e.algo else ''):<15}{e.times[n] * 1e3:>10.2f}"
+        print(f"    {n + (' *' if n == e.algo else ''):<22}{e.times[n] * 1e3:>10.2f}"
               f"{e.times[n] / e.times[e.algo]:>10.2f}{flops:>20.2f}")
     if len(ranked) > 1:
         runner = next(n for n in ranked if n != e.algo)
@@ -250,53 +299,3 @@ plt.show()
 # when it is kept (or whenever the batch size or image size changes: notebook 4, and its patience policy).
 # `python -m autotune train --model lenet5 --data digits --epochs 10` trains to the end, with benchmark mode
 # on and the first epoch's tuning shown apart.
-
-# %% [markdown]
-# ## Prepared weights: inference amortises the transform, training pays it every step
-#
-# Winograd multiplies transformed tiles by transformed filters, U = G w G^T; FFT multiplies spectra. Both
-# transform the weight on every call unless the caller keeps the transformed form: `algorithm.prepare(w, p)`
-# makes it once and `convalgos.run(..., prepared=form)` reuses it. In inference the weights never change, so
-# the transform is paid once (an eval-mode `autotune.nn.Conv2d` holds it); in training they change after
-# every step, so every step pays it again. Measured here on a deep 3x3 layer (VGG's conv5: 512 channels at
-# 14x14, batch 1), the kind where the filter transform is large beside the tiles:
-
-# %%
-rng = np.random.default_rng(0)
-xv = rng.standard_normal((1, 512, 14, 14), dtype=np.float32)
-wv = rng.standard_normal((512, 512, 3, 3), dtype=np.float32) * 0.02
-pv = convalgos.ConvParams.from_arrays(xv, wv, padding=1)
-yv = np.empty(pv.out_shape, np.float32)
-wino, im2col = convalgos.ALGORITHMS["winograd_4x4"], convalgos.ALGORITHMS["im2col"]
-form = wino.prepare(wv, pv)
-calls = {"winograd_4x4 (transform each call)": lambda: convalgos.run(wino, "forward", xv, wv, pv, yv),
-         "winograd_4x4 (prepared)": lambda: convalgos.run(wino, "forward", xv, None, pv, yv, prepared=form),
-         "prepare alone": lambda: wino.prepare(wv, pv),
-         "im2col": lambda: convalgos.run(im2col, "forward", xv, wv, pv, yv)}
-t = {name: measure.median(s) for name, s in measure.interleaved(calls, 9).items()}
-for name, s in t.items():
-    print(f"{name:<38}{s * 1e3:8.2f} ms")
-plain, prepared, prep = (t["winograd_4x4 (transform each call)"], t["winograd_4x4 (prepared)"],
-                         t["prepare alone"])
-print(f"\ninference (weights fixed): prepared runs at {prepared / plain:.2f}x the plain call; "
-      + (f"the one-off prepare ({prep * 1e3:.1f} ms) is paid back after {prep / (plain - prepared):.1f} calls"
-         if plain > prepared else "preparing does not pay on this layer here"))
-train_step = prep + prepared
-print(f"training (weights change every step): prepare + prepared call = {train_step * 1e3:.2f} ms against "
-      f"{plain * 1e3:.2f} ms plain: "
-      + ("preparing each step costs more, so training runs the plain call" if train_step >= plain
-         else "preparing each step would still pay here"))
-best_inference = min(("winograd_4x4 prepared", prepared), ("im2col", t["im2col"]), key=lambda kv: kv[1])
-best_training = min(("winograd_4x4 plain", plain), ("im2col", t["im2col"]), key=lambda kv: kv[1])
-print(f"fastest here for inference: {best_inference[0]}; for a training step's forward pass: "
-      f"{best_training[0]}" + (" (the choice flips with the mode)" if best_inference[0].split()[0]
-                               != best_training[0].split()[0] else ""))
-
-fig, ax = plt.subplots(figsize=(7, 3))
-ax.barh(list(t), [s * 1e3 for s in t.values()])
-ax.set_xlabel("median ms"); ax.set_title("VGG conv5 (512->512, 14x14), forward pass")
-plt.show()
-
-# %% [markdown]
-# This is why the tuner keys an eval-mode (prepared) forward pass apart from a training one, and shows the
-# prepare cost apart from the times in the table: the same layer can want a different algorithm in each mode.
