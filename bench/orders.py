@@ -118,7 +118,8 @@ def describe(args) -> str:
            else f"no {', '.join(THREAD_VARIABLES)} in the environment")
     first = ", ".join(args.orders)
     if args.order_rounds == 1:
-        return f"each case in one fresh process per import order ({first} imported first), one after the other; {env}"
+        return (f"each case in one fresh process per import order ({', '.join(o + ' first' for o in args.orders)}), "
+                f"one after the other, so a drift of the machine between them reads as an order's effect; {env}")
     return (f"each case in {args.order_rounds} fresh processes per import order ({first} imported first), the "
             f"orders rotated round by round; {env}")
 
