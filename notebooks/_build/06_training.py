@@ -192,7 +192,7 @@ def training_keys(tuner):
 guess = training_keys(results["benchmark off"]["tuner"])
 tuned_keys = training_keys(results["benchmark on, last batch dropped"]["tuner"])
 layer_of = {conv.weight.shape: name for name, conv in nn.conv_layers(results["benchmark off"]["net"])}
-print(f"{'layer':<7}{'pass':<17}{'heuristic':>14}{'tuned':>14}{'heuristic / tuned (tuning medians)':>38}")
+print(f"{'layer':<7}{'pass':<17}{'heuristic':>20}{'tuned':>20}{'heuristic / tuned (tuning medians)':>38}")
 slower = {}
 for (shape, op), e in tuned_keys.items():
     h = guess[(shape, op)].algo
@@ -200,7 +200,7 @@ for (shape, op), e in tuned_keys.items():
     cell = "same pick" if h == e.algo else (f"{ratio:.2f}x" if h in e.times else "not timed: " + e.skipped.get(h, "?"))
     if h != e.algo:
         slower[(layer_of[shape], op)] = ratio
-    print(f"{layer_of[shape]:<7}{op:<17}{h:>14}{e.algo:>14}{cell:>38}")
+    print(f"{layer_of[shape]:<7}{op:<17}{h:>20}{e.algo:>20}{cell:>38}")
 print(f"\nthe heuristic picked differently on {len(slower)} of {len(tuned_keys)} (layer, pass) keys"
       + (f"; there the tuning measured its pick {min(slower.values()):.1f}-{max(slower.values()):.1f}x slower"
          if slower else ""))

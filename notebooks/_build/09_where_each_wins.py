@@ -11,7 +11,7 @@
 #
 # Every number is measured when the notebook runs (`autotune.measure`: interleaved rounds, the median), and
 # every conclusion printed is computed from the numbers beside it, including when this machine disagrees
-# with the textbook. It runs in about a minute on 2 CPU cores.
+# with the textbook. It runs in under a minute on 2 CPU cores.
 
 # %%
 import os
