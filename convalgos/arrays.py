@@ -56,8 +56,8 @@ def driver_available() -> bool:
     if simulator_enabled():
         return False
     try:
-        from numba import cuda
-        return bool(cuda.is_available())
+        from .gpu_compiler import driver_found
+        return driver_found()
     except Exception:
         return False
 

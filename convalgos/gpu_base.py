@@ -22,8 +22,6 @@ work on any other. The simulator has no streams.
 """
 from __future__ import annotations
 
-import functools
-
 from .arrays import array_module, simulator_enabled
 from .memory import Workspace
 from .registry import SUPPORTED, Algorithm, Support, unsupported
@@ -47,19 +45,13 @@ def grid_fits(name: str, blocks_x: int, blocks_yz: int) -> Support:
 KEPT_BYTES = 4 << 30
 
 
-@functools.lru_cache(maxsize=16)
-def _numba_stream(pointer: int):
-    """Numba's handle on the CUDA stream at ``pointer`` (made once per stream)."""
-    from numba import cuda
-    return cuda.external_stream(pointer)
-
-
 def launch(kernel, blocks, threads):
     """``kernel[blocks, threads]`` on CuPy's current stream (module docstring), ready to be called."""
     if simulator_enabled():
         return kernel[blocks, threads]
     import cupy
-    return kernel[blocks, threads, _numba_stream(cupy.cuda.get_current_stream().ptr)]
+    from .gpu_compiler import stream_at
+    return kernel[blocks, threads, stream_at(cupy.cuda.get_current_stream().ptr)]
 
 
 def launch_1d(items: int) -> tuple[int, int]:

@@ -18,8 +18,8 @@ FAMILY = {"direct": "direct", "depthwise": "depthwise", "implicit_gemm": "implic
           "winograd_6x6": "winograd", "winograd_fused_4x4": "winograd"}
 FAMILIES = sorted(set(FAMILY.values()))
 #: the contract: what every family may import, and which imports no family
-CONTRACT = ("params", "registry", "passes", "run", "memory", "arrays", "interop", "reference", "gpu_base", "gemm",
-            "threads")
+CONTRACT = ("params", "registry", "passes", "run", "memory", "arrays", "interop", "reference", "gpu_base",
+            "gpu_compiler", "gemm", "threads")
 
 
 def module_name(path: pathlib.Path) -> str:
@@ -101,8 +101,8 @@ def test_the_contract_imports_no_family_and_families_import_no_registry():
 
 
 def test_autotune_uses_convalgos_public_modules_only():
-    public = {"convalgos"} | {f"convalgos.{m}" for m in ("passes", "interop", "arrays", "backends", "reference",
-                                                          "gemm", "testing")}
+    public = {"convalgos"} | {f"convalgos.{m}" for m in ("passes", "interop", "arrays", "backends", "reference", "cuda",
+                                                          "gpu_compiler", "gemm", "testing")}
     for name, imported in GRAPH.items():
         if name.startswith("autotune"):
             private = {m for m in imported if m.startswith("convalgos") and m not in public}

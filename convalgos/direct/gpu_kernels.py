@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import functools
 
-import numba
-import numpy as np
-from numba import cuda
+from ..gpu_compiler import cuda, numba_dtype
 
 #: output channels per block (register accumulators per thread), in the forward and backward_filter kernels.
 KB = 4
@@ -30,7 +28,7 @@ def direct_kernel(dtype: str):
     out[n, k, row0 + i*row_step, col0 + j*col_step] (backward_data's phases write every sh-th row and sw-th
     column of dx: a strided view would do, but the simulator takes only contiguous arrays); ``top`` and
     ``left`` may be negative (those phases start inside dy)."""
-    nb_dtype = numba.from_dtype(np.dtype(dtype))
+    nb_dtype = numba_dtype(dtype)
 
     @cuda.jit
     def kernel(x, w, out, top, left, sh, sw, dh, dw, s_chunk, k_blocks, col_tiles, Ho, Wo, row0, row_step,
@@ -111,7 +109,7 @@ def filter_kernel(dtype: str, lanes: int, max_taps: int):
     multiplies its pixel's x value at its tap (skipped when the tap reads padding) into KB accumulators. At the
     end the lanes' partial sums are added by a tree in shared memory (``lanes`` a power of two), the same pairs
     in the same order every run: deterministic, no atomics."""
-    nb_dtype = numba.from_dtype(np.dtype(dtype))
+    nb_dtype = numba_dtype(dtype)
 
     @cuda.jit
     def kernel(x, dy, out, top, left, sh, sw, dh, dw, k_blocks, tap_chunks):

@@ -14,7 +14,8 @@ from __future__ import annotations
 import functools
 
 import numpy as np
-from numba import cuda
+
+from ..gpu_compiler import cuda
 
 
 @functools.lru_cache(maxsize=None)

@@ -11,9 +11,7 @@ from __future__ import annotations
 
 import functools
 
-import numba
-import numpy as np
-from numba import cuda
+from ..gpu_compiler import cuda, numba_dtype
 
 
 @functools.lru_cache(maxsize=None)
@@ -21,7 +19,7 @@ def im2col_kernel(dtype: str):
     """cols[n, (c*R + r)*S + s, i*Wo + j] = tap (c, r, s) of pixel (i, j) of image n: one work item per
     (image, pixel), walking the taps, so consecutive threads write consecutive columns (forward, and
     backward_data's layout)."""
-    nb_dtype = numba.from_dtype(np.dtype(dtype))
+    nb_dtype = numba_dtype(dtype)
 
     @cuda.jit
     def kernel(x, cols, top, left, sh, sw, dh, dw, R, S, Wo):
@@ -50,7 +48,7 @@ def patches_t_kernel(dtype: str):
     tap (g*Cg + c, r, s) of pixel (i, j) of image n (backward_filter's right operand, contiguous as cuBLAS
     takes it). One work item per element, the tap fastest, so consecutive threads write consecutive
     elements."""
-    nb_dtype = numba.from_dtype(np.dtype(dtype))
+    nb_dtype = numba_dtype(dtype)
 
     @cuda.jit
     def kernel(x, cols_t, top, left, sh, sw, dh, dw, R, S, Wo):
@@ -75,7 +73,7 @@ def col2im_kernel(dtype: str):
     the (tap, pixel) pairs that read it, cols[n, (c*R + r)*S + s, i*Wo + j] over the (r, s) with
     i*sh + r*dh - top = h and j*sw + s*dw - left = v for an output (i, j), in the fixed order (r, s). One work
     item per dx element: no two threads write one element (no atomics), elements no output reads get zero."""
-    nb_dtype = numba.from_dtype(np.dtype(dtype))
+    nb_dtype = numba_dtype(dtype)
 
     @cuda.jit
     def kernel(cols, dx, top, left, sh, sw, dh, dw, R, S, Wo):

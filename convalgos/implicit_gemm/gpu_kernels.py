@@ -12,15 +12,13 @@ from __future__ import annotations
 
 import functools
 
-import numba
-import numpy as np
-from numba import cuda
+from ..gpu_compiler import cuda, numba_dtype
 
 
 @functools.lru_cache(maxsize=None)
 def implicit_gemm_kernel(dtype: str, T: int):
     """y tile (T output channels x T output pixels) = W[g] @ X_patch[g], reduction over (c, r, s)."""
-    nb_dtype = numba.from_dtype(np.dtype(dtype))
+    nb_dtype = numba_dtype(dtype)
 
     @cuda.jit
     def kernel(x, w, out, top, left, sh, sw, dh, dw, groups, row_tiles):
@@ -65,7 +63,7 @@ def backward_data_kernel(dtype: str, T: int):
     """dx tile (T input channels x T input pixels) = W[g]^T @ dY_patch[g], reduction over (k, r, s); the dy
     entry of (k, r, s) at dx pixel (h, v) is dy[k, i, j] where i*sh + r*dh - top = h and j*sw + s*dw - left = v,
     zero where no such output exists (a gather: each dx element is one thread's sum, no atomics)."""
-    nb_dtype = numba.from_dtype(np.dtype(dtype))
+    nb_dtype = numba_dtype(dtype)
 
     @cuda.jit
     def kernel(dy, w, out, top, left, sh, sw, dh, dw, groups, row_tiles):
@@ -111,7 +109,7 @@ def backward_filter_kernel(dtype: str, T: int, Z: int):
     pixels. The block is T x T x Z threads: slice z takes the pixel chunks z, z + Z, ... (the reduction is long
     and dw small, so more threads per tile keep more of the GPU busy); at the end slice 0 adds the Z partial
     sums in order, from shared memory. Each weight is one fixed-order sum: deterministic, no atomics."""
-    nb_dtype = numba.from_dtype(np.dtype(dtype))
+    nb_dtype = numba_dtype(dtype)
 
     @cuda.jit
     def kernel(x, dy, out, top, left, sh, sw, dh, dw, groups, row_tiles):

@@ -13,15 +13,15 @@ from __future__ import annotations
 
 import functools
 
-import numba
 import numpy as np
-from numba import cuda
+
+from ..gpu_compiler import cuda, numba_dtype
 
 
 @functools.lru_cache(maxsize=None)
 def tile_transform_kernel(dtype: str, rows: int, cols: int):
     """V[a, b, c, n * tiles + tile] = (X d X^T)[a, b], d = src[n, c] at (i*step - top, j*step - left), cols x cols."""
-    nb_dtype = numba.from_dtype(np.dtype(dtype))
+    nb_dtype = numba_dtype(dtype)
     zero = np.dtype(dtype).type(0)
 
     @cuda.jit
@@ -59,7 +59,7 @@ def tile_transform_kernel(dtype: str, rows: int, cols: int):
 @functools.lru_cache(maxsize=None)
 def output_transform_kernel(dtype: str, m: int):
     """out tile = A^T M[:, :, k, tile] A, pixels inside out only (tiles over out's H x W, m x m each)."""
-    alpha, nb_dtype = m + 2, numba.from_dtype(np.dtype(dtype))
+    alpha, nb_dtype = m + 2, numba_dtype(dtype)
     zero = np.dtype(dtype).type(0)
 
     @cuda.jit

@@ -1,0 +1,70 @@
+"""The one door to the CUDA compiler: every GPU kernel in convalgos (and autotune) is compiled and launched
+through the names here, so that a move to another CUDA compiler changes this file only.
+
+    >>> from convalgos.gpu_compiler import cuda, numba_dtype
+    >>> @cuda.jit
+    ... def kernel(x): ...
+
+What the kernels use of it: ``cuda.jit``, ``cuda.grid``/``gridsize``, ``threadIdx``/``blockIdx``/``blockDim``,
+``cuda.shared.array`` and ``cuda.local.array`` with constant shapes, ``cuda.syncthreads``, ``cuda.atomic.add``;
+on the host ``numba_dtype`` (a NumPy dtype as the compiler's scalar type) and ``stream_at`` (a CUDA stream made
+by someone else, CuPy or torch, as the compiler's stream object). The compiler is numba-cuda (NVIDIA's CUDA
+target for Numba), chosen for its simulator (``NUMBA_ENABLE_CUDASIM=1``), which is how CI runs every kernel
+without a GPU; the README's "GPU compiler" section says why and what a move would change.
+
+**numpy 2.5.** numba-cuda 0.30.4 (the newest release, in maintenance mode: NVIDIA/numba-cuda#902) registers an
+overload for ``np.row_stack`` when its CUDA target loads (``numba/cuda/np/arrayobj.py``); numpy 2.5 removed
+``row_stack``, so every kernel's first compile raised ``AttributeError`` there (numba-cuda#907, closed as
+won't-fix). ``_load_cuda_target`` lends numpy a stand-in ``row_stack`` while that module is imported, then
+takes it back: numba-cuda registers its overload for a function nobody calls, and your numpy is left as it was.
+Remove it when numba-cuda is dropped or fixed upstream, or when ``numpy<2.5`` is the floor again.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+
+import numba
+import numpy as np
+
+#: the numba-cuda module that answers for an old numpy's function, imported at load (see the module docstring)
+_NUMPY_25_MODULE = "numba.cuda.np.arrayobj"
+
+
+def _row_stack_stand_in(tup):
+    """numpy < 2.5's ``row_stack`` (``vstack``), lent to numba-cuda only while it registers its overloads."""
+    return np.vstack(tup)
+
+
+def _load_cuda_target():
+    """``numba.cuda``, with numba-cuda's numpy-version-dependent modules imported under the numpy 2.5 shim."""
+    from numba import cuda
+    if hasattr(np, "row_stack"):
+        return cuda
+    np.row_stack = _row_stack_stand_in
+    try:
+        importlib.import_module(_NUMPY_25_MODULE)
+    except ImportError:                  # numba's built-in CUDA target (no numba-cuda) has no such module
+        pass
+    finally:
+        del np.row_stack
+    return cuda
+
+
+cuda = _load_cuda_target()
+
+
+def numba_dtype(dtype):
+    """The compiler's scalar type of NumPy ``dtype`` (a kernel's ``nb_dtype(0)`` is a zero of that type)."""
+    return numba.from_dtype(np.dtype(dtype))
+
+
+@functools.lru_cache(maxsize=16)
+def stream_at(pointer: int):
+    """The compiler's handle on the CUDA stream at ``pointer`` (made once per stream)."""
+    return cuda.external_stream(pointer)
+
+
+def driver_found() -> bool:
+    """True when the compiler finds a CUDA driver and a device (False under the simulator)."""
+    return bool(cuda.is_available())
