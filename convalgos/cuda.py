@@ -10,7 +10,8 @@ on NumPy arrays under the Numba CUDA simulator. Each twin shares its family's de
 idea's constraints: ``<family>/shared.py``) and answers ``supports``, ``workspace_bytes`` and ``flops`` for its
 own kernels. ``implicit_gemm`` needs no workspace, so a zero workspace limit still leaves one algorithm. fp32 is
 fp32: nothing here turns TF32 on (CuPy uses it only when the user sets ``CUPY_TF32``). fp16 is computed in fp32
-and returned as fp16, as on the CPU.
+and returned as fp16, as on the CPU. ``count_ops()`` counts the device operations the library issues
+(``gpu_ops.py``).
 
 Importing this module needs neither CuPy nor a driver; running its algorithms needs CuPy and a CUDA driver, or
 the simulator (``NUMBA_ENABLE_CUDASIM=1`` before numba is first imported), where NumPy arrays stand in.
@@ -21,6 +22,7 @@ from .direct.gpu import GPUDirect
 from .fft.gpu import GPUFFT
 from .fft.gpu_tiled import GPUFFTTiled
 from .gpu_base import GPUAlgorithm
+from .gpu_ops import OpCounts, count_ops
 from .im2col.gpu import GPUIm2col
 from .implicit_gemm.gpu import GPUImplicitGemm
 from .registry import Registry
@@ -38,4 +40,4 @@ def release_workspaces() -> None:
     ALGORITHMS.release_workspaces()
 
 
-__all__ = ["ALGORITHMS", "GPUAlgorithm", "release_workspaces"]
+__all__ = ["ALGORITHMS", "GPUAlgorithm", "OpCounts", "count_ops", "release_workspaces"]

@@ -22,6 +22,7 @@ work on any other. The simulator has no streams.
 """
 from __future__ import annotations
 
+from . import gpu_ops
 from .arrays import array_module, simulator_enabled
 from .memory import Workspace
 from .registry import SUPPORTED, Algorithm, Support, unsupported
@@ -41,12 +42,22 @@ def grid_fits(name: str, blocks_x: int, blocks_yz: int) -> Support:
         return unsupported(f"{name} launches a grid of {blocks_x} x {blocks_yz} blocks, over CUDA's "
                            f"{MAX_GRID_X} x {MAX_GRID_YZ}")
     return SUPPORTED
+
+
 #: device buffers one GPU algorithm keeps between calls (least recently used dropped past this).
 KEPT_BYTES = 4 << 30
 
 
+def op_name(kernel) -> str:
+    """The counter's name of a kernel: its family and factory, say ``im2col.im2col_kernel``."""
+    function = getattr(kernel, "py_func", kernel)
+    return f"{function.__module__.split('.')[-2]}.{function.__qualname__.split('.')[0]}"
+
+
 def launch(kernel, blocks, threads):
-    """``kernel[blocks, threads]`` on CuPy's current stream (module docstring), ready to be called."""
+    """``kernel[blocks, threads]`` on CuPy's current stream (module docstring), ready to be called; counted by
+    ``gpu_ops``."""
+    gpu_ops.record(op_name(kernel))
     if simulator_enabled():
         return kernel[blocks, threads]
     import cupy

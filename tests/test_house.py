@@ -19,7 +19,7 @@ FAMILY = {"direct": "direct", "depthwise": "depthwise", "implicit_gemm": "implic
 FAMILIES = sorted(set(FAMILY.values()))
 #: the contract: what every family may import, and which imports no family
 CONTRACT = ("params", "registry", "passes", "run", "memory", "arrays", "interop", "reference", "gpu_base",
-            "gpu_compiler", "gemm", "threads")
+            "gpu_compiler", "gpu_ops", "gemm", "threads")
 
 
 def module_name(path: pathlib.Path) -> str:
