@@ -6,6 +6,8 @@
    measurements found that many times slower than the best of the layer's class (every candidate costs at
    least two of its runs, so one 20x slower costs 40 runs of the winner). Every exclusion is recorded
    with its reason. When nothing fits the workspace limit, the error names the smallest workspace that would.
+   First, the device's backend must run here (``convalgos.arrays.gpu_problem``): a GPU without CuPy, a driver
+   or a working compiler is one ``GPUUnavailableError`` naming the fix, not every candidate failing with it.
    For a ``prepared`` key (eval mode: the caller prepares the weight once), a candidate that prepares has its
    weight prepared once first (seconds and bytes recorded apart, ``Entry.prepare_seconds``/``prepare_bytes``)
    and every run of it below, checked and timed, is the prepared path the caller will run.
@@ -45,6 +47,7 @@ from __future__ import annotations
 import numpy as np
 
 from convalgos import UnsupportedError
+from convalgos.backends import BACKENDS
 
 from .jit import jit_time
 from .measure import ReferenceCheck, choose, median, poison
@@ -55,6 +58,7 @@ from .table import Entry, Key, MiB
 def candidates(tuner, key: Key, registry: dict, kind: str) -> tuple[list, dict, dict, str]:
     """(eligible names best-ranked first, workspace bytes per name, skip reasons, the ranking rule)."""
     p, op, limit = key.params, key.op, tuner.workspace_limit
+    BACKENDS[kind].require()       # a GPU side that cannot run is one error here, not a failure per candidate
     skipped, workspace, names, over = {}, {}, [], {}
     for name, algorithm in registry.items():
         support = algorithm.supports(p, op)

@@ -6,6 +6,9 @@ registry) owns an array is ``backends.py``'s question; torch tensors in and out 
 
 The GPU side runs on CuPy arrays with a CUDA driver, or under the Numba CUDA simulator
 (``NUMBA_ENABLE_CUDASIM=1`` set before numba is first imported), where NumPy arrays stand in for CuPy's.
+Where it cannot, ``gpu_problem`` says why and how to fix it, every cause at once (no CuPy, no device, no driver
+for Numba, numba-cuda's target failing to load or compile), asked once per process: ``require_gpu`` raises it,
+and the tuner asks before it tunes a GPU key, so a broken GPU side is one error, not one per algorithm.
 """
 from __future__ import annotations
 
@@ -16,6 +19,9 @@ import numpy as np
 
 GPU_MISSING = ("convalgos.cuda needs CuPy and a CUDA driver, or NUMBA_ENABLE_CUDASIM=1 for the simulator "
                "(install the extra: pip install 'convalgos[gpu]' for CUDA 12, 'convalgos[gpu-cu13]' for CUDA 13)")
+#: the fix for a missing CuPy, named in ``gpu_problem``
+INSTALL_GPU = ("pip install -e '.[gpu]' for CUDA 12 (driver >= 525) or '.[gpu-cu13]' for CUDA 13 (driver >= 580), "
+               "one of them, as nvidia-smi's CUDA version says")
 
 
 class GPUUnavailableError(RuntimeError):
@@ -67,10 +73,43 @@ def gpu_available() -> bool:
     return simulator_enabled() or (cupy_available() and driver_available())
 
 
+def _cupy_problem() -> str | None:
+    try:
+        import cupy
+    except ImportError as e:
+        return f"CuPy is not installed ({e}): {INSTALL_GPU}"
+    if not cupy_available():
+        return (f"CuPy {cupy.__version__} finds no CUDA device or driver (check nvidia-smi and "
+                f"CUDA_VISIBLE_DEVICES; or run without a GPU: NUMBA_ENABLE_CUDASIM=1, the simulator)")
+    return None
+
+
+def _target_problem() -> str | None:
+    try:
+        from .gpu_compiler import target_problem
+    except Exception as e:  # noqa: BLE001 - numba-cuda failing to import at all is the answer too
+        return f"numba-cuda's CUDA target failed to import ({type(e).__name__}: {e}): {INSTALL_GPU}"
+    return target_problem()
+
+
+@functools.lru_cache(maxsize=1)
+def gpu_problem() -> str | None:
+    """Why the GPU side cannot run here and how to fix each cause, in one message; None when it can."""
+    problems = [] if simulator_enabled() else [_cupy_problem()]
+    if not simulator_enabled() and not driver_available():
+        problems.append("Numba's CUDA target finds no CUDA driver or device")
+    problems.append(_target_problem())
+    problems = [p for p in problems if p]
+    if not problems:
+        return None
+    return f"{GPU_MISSING}. Here: " + "; ".join(problems)
+
+
 def require_gpu() -> None:
-    """Raise ``GPUUnavailableError`` with how to fix it when the GPU side cannot run here."""
-    if not gpu_available():
-        raise GPUUnavailableError(GPU_MISSING)
+    """Raise ``GPUUnavailableError`` with why and how to fix it when the GPU side cannot run here."""
+    problem = gpu_problem()
+    if problem:
+        raise GPUUnavailableError(problem)
 
 
 def require_device_array(name: str, a) -> None:

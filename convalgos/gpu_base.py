@@ -61,8 +61,8 @@ def launch(kernel, blocks, threads):
     if simulator_enabled():
         return kernel[blocks, threads]
     import cupy
-    from .gpu_compiler import stream_at
-    return kernel[blocks, threads, stream_at(cupy.cuda.get_current_stream().ptr)]
+    from .gpu_compiler import configure, stream_at
+    return configure(kernel, blocks, threads, stream_at(cupy.cuda.get_current_stream().ptr))
 
 
 def launch_1d(items: int) -> tuple[int, int]:

@@ -18,11 +18,23 @@ overload for ``np.row_stack`` when its CUDA target loads (``numba/cuda/np/arrayo
 won't-fix). ``_load_cuda_target`` lends numpy a stand-in ``row_stack`` while that module is imported, then
 takes it back: numba-cuda registers its overload for a function nobody calls, and your numpy is left as it was.
 Remove it when numba-cuda is dropped or fixed upstream, or when ``numpy<2.5`` is the floor again.
+
+**Whether the target works here** (``target_problem``): the modules a first compile imports load, and with a
+driver a one-line kernel compiles (numba-cuda without its NVVM, i.e. without the ``[cu12]``/``[cu13]`` extra,
+fails there). ``convalgos.arrays.gpu_problem`` asks it once per process, so a broken compiler is one clear
+error at first GPU use rather than one failure per algorithm.
+
+**Launch sizes.** numba-cuda warns ``NumbaPerformanceWarning: Grid size N will likely result in GPU
+under-utilization`` for every launch of fewer than 128 blocks. The library's small layers launch small grids
+knowingly (a 1x1 layer of one image has little work), so ``configure`` switches that warning off
+(``CUDA_LOW_OCCUPANCY_WARNINGS``) for the library's own launches only, while each is configured; your own
+kernels still warn as numba-cuda decides.
 """
 from __future__ import annotations
 
 import functools
 import importlib
+import threading
 
 import numba
 import numpy as np
@@ -52,6 +64,58 @@ def _load_cuda_target():
 
 
 cuda = _load_cuda_target()
+
+
+try:                                     # numba-cuda's settings; numba's built-in CUDA target reads numba's
+    from numba.cuda.core import config as _config
+except ImportError:                      # pragma: no cover - only without numba-cuda
+    from numba.core import config as _config
+
+_configuring = threading.Lock()
+
+
+def configure(kernel, blocks, threads, stream=0):
+    """``kernel[blocks, threads, stream]`` (a launch configuration, ready to be called) without numba-cuda's
+    low-occupancy warning: the library's own grids are small on small layers by choice (module docstring)."""
+    with _configuring:
+        before = _config.CUDA_LOW_OCCUPANCY_WARNINGS
+        _config.CUDA_LOW_OCCUPANCY_WARNINGS = 0
+        try:
+            return kernel[blocks, threads, stream]
+        finally:
+            _config.CUDA_LOW_OCCUPANCY_WARNINGS = before
+
+
+def _load_target_modules() -> None:
+    """Import what numba-cuda's first compile imports (already imported under the shim when numpy lacks it)."""
+    try:
+        importlib.import_module(_NUMPY_25_MODULE)
+    except ModuleNotFoundError:          # numba's built-in CUDA target (no numba-cuda) has no such module
+        pass
+
+
+def _compile_one_kernel() -> None:
+    """Compile (not launch) a one-line kernel: the target's compiler (NVVM) is there and works."""
+    def probe(x):
+        x[0] = 1.0
+    cuda.jit("void(float32[:])")(probe)
+
+
+@functools.lru_cache(maxsize=1)
+def target_problem() -> str | None:
+    """Why numba-cuda's CUDA target cannot compile kernels here, with the fix; None when it can. The compile
+    is tried only where a driver is found (nothing compiles without one, and the simulator compiles nothing)."""
+    step = "load"
+    try:
+        _load_target_modules()
+        if driver_found():
+            step = "compile a kernel"
+            _compile_one_kernel()
+    except Exception as e:  # noqa: BLE001 - whatever the target raises is the answer, reported with its type
+        return (f"numba-cuda's CUDA target failed to {step} ({type(e).__name__}: {e}); install the GPU extra "
+                f"matching your CUDA (pip install -e '.[gpu]' for CUDA 12, '.[gpu-cu13]' for CUDA 13: numba-cuda "
+                f"with its compiler), with numpy < 2.6")
+    return None
 
 
 def numba_dtype(dtype):

@@ -215,14 +215,6 @@ def layer_lines(calls, entries) -> list[str]:
 
 
 def gpu_problem() -> str | None:
-    """Why the GPU cannot run here, or None."""
+    """Why the GPU cannot run here, with how to fix it, or None (``convalgos.arrays.gpu_problem``)."""
     from convalgos import arrays
-    try:
-        import cupy  # noqa: F401
-    except ImportError:
-        return "CuPy is not installed; " + arrays.GPU_MISSING.split("(", 1)[1].rstrip(")")
-    if not arrays.cupy_available():
-        return "CuPy finds no CUDA GPU (or no driver) on this machine; use --device cpu"
-    if not arrays.driver_available():
-        return "Numba's CUDA target finds no driver or GPU on this machine; use --device cpu"
-    return None
+    return arrays.gpu_problem()

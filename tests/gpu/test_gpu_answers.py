@@ -5,12 +5,15 @@ import subprocess
 import sys
 
 import numpy as np
+import pytest
 
 import convalgos
 from convalgos import PASSES, ConvParams, reference
 from convalgos import cuda as gpu
 from convalgos.fft.plan import result_extent
 from convalgos.implicit_gemm import gpu as implicit_gemm
+
+from gpu_arrays import device, host
 
 gpu_conv2d = functools.partial(convalgos.conv2d, backend="cuda")
 
@@ -54,6 +57,7 @@ def test_implicit_gemm_supports_every_layer_without_workspace():
 
 
 def test_a_zero_workspace_cap_leaves_implicit_gemm_and_it_allocates_nothing():
+    """On the device's arrays (CuPy on a GPU: a GPU algorithm refuses NumPy operands there), and read back."""
     rng = np.random.default_rng(0)
     x = rng.standard_normal((1, 2, 4, 4)).astype(np.float32)
     w = rng.standard_normal((2, 2, 3, 3)).astype(np.float32)
@@ -65,11 +69,11 @@ def test_a_zero_workspace_cap_leaves_implicit_gemm_and_it_allocates_nothing():
         runnable = [name for name, a in gpu.ALGORITHMS.items() if a.supports(p)]
         assert "implicit_gemm" in runnable and "im2col" not in runnable and "fft" not in runnable
         assert all(gpu.ALGORITHMS[name].workspace_bytes(p) == 0 for name in runnable)
-        y = gpu_conv2d(x, w, padding=1, algo="implicit_gemm")
+        y = gpu_conv2d(device(x), device(w), padding=1, algo="implicit_gemm")
     finally:
         convalgos.set_workspace_cap(None)
     assert algorithm.workspace.nbytes == 0
-    assert reference.normwise_error(y, reference.conv2d(x, w, padding=1)) <= algorithm.tolerance["float32"]
+    assert reference.normwise_error(host(y), reference.conv2d(x, w, padding=1)) <= algorithm.tolerance["float32"]
 
 
 def test_grid_limits_are_constraints():
@@ -142,6 +146,8 @@ def test_kernels_compile_once_per_dtype():
 
 
 def test_without_a_gpu_import_works_and_use_says_what_is_missing():
+    """In a process that sees no GPU: no simulator, and no device (``CUDA_VISIBLE_DEVICES`` empty hides a real
+    one from CuPy and Numba, so on a GPU machine too the child has none)."""
     code = ("import numpy as np, convalgos\n"
             "from convalgos.arrays import GPUUnavailableError\n"
             "try:\n"
@@ -150,8 +156,26 @@ def test_without_a_gpu_import_works_and_use_says_what_is_missing():
             "except GPUUnavailableError as e:\n"
             "    print(e)\n")
     env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["CUDA_VISIBLE_DEVICES"] = ""
     done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
-    from convalgos.arrays import cupy_available
-    if not cupy_available():
-        assert "convalgos.cuda needs CuPy and a CUDA driver, or NUMBA_ENABLE_CUDASIM=1" in done.stdout
+    assert "convalgos.cuda needs CuPy and a CUDA driver, or NUMBA_ENABLE_CUDASIM=1" in done.stdout
+    assert "Numba's CUDA target finds no CUDA driver or device" in done.stdout
+    assert "CuPy" in done.stdout.split("Here:", 1)[1]        # not installed, or finds no device: either way, why
+
+
+def test_a_gpu_side_that_cannot_run_fails_a_tuning_once_with_why(monkeypatch):
+    """The tuner asks the GPU side before it tunes a key, so its failure is one error, not one per candidate."""
+    import autotune
+    from autotune.devices import SimulatedGpuDevice
+    from convalgos import arrays
+    monkeypatch.setattr(arrays, "gpu_problem", lambda: "numba-cuda's CUDA target failed to load (...); install")
+    x = device(np.ones((1, 2, 4, 4), np.float32))
+    w = device(np.ones((2, 2, 3, 3), np.float32))
+    devices = [SimulatedGpuDevice()] if arrays.simulator_enabled() else None
+    for benchmark in (True, False):
+        tuner = autotune.Tuner(devices=devices, benchmark=benchmark)
+        with pytest.raises(arrays.GPUUnavailableError) as raised:
+            tuner.conv2d(x, w, padding=1)
+        assert str(raised.value) == "numba-cuda's CUDA target failed to load (...); install"
+        assert not list(tuner.dispatch_table())
