@@ -167,6 +167,13 @@ class SimulatedGpuDevice(CpuDevice):
     def threads(self) -> int:
         return 1
 
+    def run(self, algorithm, op, a, b, p, out=None, bias=None, prepared=None):
+        """As the CPU's, but a read-only operand (a torch tensor read through DLPack) is copied first: the
+        simulator copies every NumPy argument of a launch back, as if from the device, and a read-only array
+        refuses that. On a GPU the operands are CuPy arrays, and nothing is copied."""
+        a, b = (x if x is None or x.flags.writeable else np.array(x) for x in (a, b))
+        return convalgos.run(algorithm, op, a, b, p, out, bias, prepared=prepared)
+
 
 #: the devices ``device_of`` asks, in order.
 DEVICES = [CpuDevice(), GpuDevice()]

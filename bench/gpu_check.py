@@ -11,16 +11,21 @@ as results arrive. In order:
 
 1. preflight: versions (CuPy, numba-cuda, CUDA runtime and driver, torch, cuDNN), the device, TF32 as the
    libraries report it, one Numba kernel on a CuPy array, one matmul, one rfft2; a failure stops the run;
-2. the per-launch cost of Numba kernels on CuPy arrays (DLPack, the CUDA array interface with and without
-   NUMBA_CUDA_ARRAY_INTERFACE_SYNC);
+2. what a launch costs by route: a Numba kernel through gpu_base.launch on CuPy arrays, on a pre-made Numba
+   view, through the CUDA array interface with and without NUMBA_CUDA_ARRAY_INTERFACE_SYNC, a CuPy RawKernel,
+   CuPy's a += 1, and a captured CUDA graph's replay, per kernel (``bench/gpu/launch_routes.py``);
 3. correctness: each GPU algorithm in its own process, each pass it has, float32 and float16, on a small grid
    of layers, outputs NaN-poisoned, against the float64 reference;
 4. cuDNN's three passes on ResNet-18 and VGG-16 layers with benchmark mode off, then on, each in a fresh
    process (or why there are no cuDNN columns: a torch without CUDA);
 5. every candidate, a fresh autotuner and the heuristic's pick per layer and pass, between CUDA events;
 6. ResNet-20 b32 and ResNet-18 b32 (224x224): forward pass and training step, autotuned, with the heuristic's
-   choices, and torch's same model on cuDNN;
-7. tests/gpu on the device;
+   choices, and torch's same model on cuDNN; then, per side, where a step's time goes: kernels per step, GPU
+   kernel time, wall time and the GPU-busy fraction (torch.profiler), and our sides' device operations
+   (convalgos.cuda.count_ops) beside the profiler's count (``bench/gpu/step_profile.py``);
+7. the torch bridge on CUDA tensors: ResNet-20 b32 converted against the same torch model unconverted, an SGD
+   step and an eval pass (``bench/gpu/bridge.py``);
+8. tests/gpu on the device;
 then a summary computed from the numbers above it. The time budget cuts what does not fit, and lists it.
 Exit status: 0 all correct and nothing died, 1 otherwise, 2 when the preflight failed.
 """
@@ -80,6 +85,19 @@ def summary(run: stages.Run) -> list[str]:
             lines.append(f"{net['model']} b{net['batch']}: autotuned / torch cuDNN {step['autotuned'] / torch[0]:.2f}x "
                          f"per step (target <= 3), {forward['autotuned'] / torch[1]:.2f}x per forward pass "
                          f"(target <= 2)")
+    for profile in run.profiles:
+        sides = profile["sides"]
+        cells = [f"{side} {r['kernels']:.0f} kernels ({r['gpu_ms']:.2f} ms of GPU time in {r['wall_ms']:.2f} ms, "
+                 f"{r['busy']:.0%} busy)" for side, r in sides.items() if "kernels" in r]
+        ops = [f"{side} {r['device_ops']}" for side, r in sides.items() if "device_ops" in r]
+        lines.append(f"{profile['model']} b{profile['batch']} per step: " + ("; ".join(cells) or
+                     "kernels and GPU time need torch with CUDA") + f"; device operations counted: {', '.join(ops)}")
+    for row in run.bridge:
+        step, forward = row["step_ms"], row["forward_ms"]
+        lines.append(f"torch bridge, {row['model']} b{row['batch']}: converted / unconverted "
+                     f"{step['converted'] / step['torch']:.2f}x per SGD step, "
+                     f"{forward['converted'] / forward['torch']:.2f}x per eval pass; "
+                     f"{row['served']['by torch']} of {sum(row['served'].values())} conv calls fell back")
     lines += [f"did not finish: {d}" for d in run.died]
     if run.cut:
         lines.append(f"cut by the time budget: {', '.join(run.cut)}")
@@ -104,7 +122,7 @@ def main(argv=None) -> int:
         print(f"preflight failed: see {out}")
         return 2
     for stage in (stages.launch_cost, stages.correctness, stages.cudnn, stages.layer_times, stages.nets,
-                  stages.gpu_tests):
+                  stages.bridge, stages.gpu_tests):
         stage(run)
         print(f"{stage.__name__} done at {time.perf_counter() - run.start:.0f} s")
     report.heading("Summary")

@@ -34,8 +34,8 @@ def test_gpu_check_simulated_survives_planted_faults(tmp_path):
                           env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 1, done.stdout + done.stderr          # 1: jobs died (the planted faults)
     text = out.read_text()
-    for heading in ("Versions", "Preflight", "Per-launch cost", "Correctness", "Times per layer", "Forward pass",
-                    "tests/gpu", "Summary"):
+    for heading in ("Versions", "Preflight", "Per-launch cost by route", "Correctness", "Times per layer",
+                    "Forward pass", "The torch bridge", "tests/gpu", "Summary"):
         assert f"\n## {heading}" in text, heading
     assert "| numba-cuda |" in text and "| device | yes | Numba CUDA simulator |" in text
     assert "No cuDNN columns" in text or "## cuDNN with benchmark on" in text
@@ -59,10 +59,23 @@ def test_gpu_check_simulated_survives_planted_faults(tmp_path):
     for op in ("fwd", "bwd filter"):                # before the death, and after the restart
         assert re.search(rf"^\| tiny 3x3 \| {op} \|", times, re.M), op
     assert re.search(r"^\| tiny \| step \| [\d.]+ \| [\d.]+ \|", section(text, "Forward pass"), re.M)
+    launches = section(text, "Per-launch cost by route")
+    assert re.search(r"^\| Numba, CuPy array through gpu_base.launch .* \| [\d.]+ \| 3 \|", launches, re.M)
+    for route in ("a pre-made Numba view", "CuPy RawKernel", "CUDA graph replay"):    # said plainly, not left out
+        assert re.search(rf"^\| [^|]*{route}[^|]* \| needs hardware \(CuPy on a GPU\) \| 0 \|", launches, re.M)
+    # where a step's time goes: the profiler's columns need hardware; the device-operation counter runs here
+    for side in ("autotuned", "heuristic"):
+        ops = re.search(rf"^\| tiny \| {side} \| needs torch with CUDA on a GPU \| (\d+) \|", text, re.M)
+        assert ops and int(ops.group(1)) > 0, side
+    bridge = section(text, "The torch bridge")
+    if "no torch here" not in bridge:             # torch is optional: without it the section says so
+        assert re.search(r"dispatcher [1-9]\d*, by torch's conv \(fallbacks\) 0;", bridge)
+        assert re.search(r"^\| tiny \| SGD step \| [\d.]+ \| [\d.]+ \| [\d.]+x \|", bridge, re.M)
     summary = section(text, "Summary")
     assert "did not finish: check direct: its process died (exit status 3)" in summary
     assert "did not finish: check fft: its process died (killed by SIGABRT)" in summary
     assert re.search(r"correctness: (\d+)/\1 runs", summary) is None    # the planted error is counted
+    assert re.search(r"tiny b2 per step: .*device operations counted: autotuned \d+, heuristic \d+", summary)
     assert "Run time" in text
 
 

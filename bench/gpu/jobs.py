@@ -1,6 +1,7 @@
 """One job of the GPU check in this process (the parent starts each in its own: ``runner.py``):
 
     python -m bench.gpu.jobs preflight | launch | check ALGO | time [SKIP] | cudnn on|off | net NAME BATCH SIZE
+                              | bridge NAME BATCH SIZE
 
 It prints its rows as protocol lines (``common.emit``) and ends with a "done" line; a job that dies prints no
 "done", and its exit status and the tail of its stderr say why.
@@ -17,7 +18,7 @@ def main(argv: list[str]) -> int:
         from .preflight import run_preflight
         run_preflight()
     elif job == "launch":
-        from .preflight import run_launch_cost
+        from .launch_routes import run_launch_cost
         run_launch_cost()
     elif job == "check":
         from .check import run_check
@@ -31,6 +32,9 @@ def main(argv: list[str]) -> int:
     elif job == "net":
         from .nets import run_net
         run_net(args[0], int(args[1]), int(args[2]))
+    elif job == "bridge":
+        from .bridge import run_bridge
+        run_bridge(args[0], int(args[1]), int(args[2]))
     else:
         raise SystemExit(f"unknown job {job!r}")
     emit("done")

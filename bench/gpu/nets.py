@@ -5,6 +5,7 @@ torch's same model (``bench.torch_twin``, same weights) on cuDNN with benchmark 
 The autotuned model's first step tunes every pass of every layer (its seconds are reported apart); then the
 steps and forward passes of the three are timed in interleaved rounds between CUDA events. The first step's
 loss of each is reported too: the same weights and batch give the same loss on every side, within rounding.
+Then where each side's step spends its time (``step_profile.py``): kernels, GPU time, wall time, GPU busy.
 Under the simulator a tiny model stands in (no torch there), to exercise the code path.
 """
 from __future__ import annotations
@@ -17,6 +18,7 @@ from autotune import Tuner, models, nn, optim
 from autotune.measure import interleaved, median
 
 from .common import Device, emit, short_error
+from .step_profile import profile_sides
 
 ROUNDS, MIN_SECONDS = 5, 0.5
 #: model name -> (batch, input size) the check runs.
@@ -136,6 +138,7 @@ def run_net(name: str, batch: int, size: int) -> None:
         samples = interleaved(calls, rounds, timer=dev.timer, warmup=0, min_seconds=least)
         row[f"{what}_ms"] = {label: 1e3 * median(s) for label, s in samples.items()}
     emit("row", **row)
+    emit("profile", model=name, batch=batch, sides=profile_sides(sides, dev, ours=("autotuned", "heuristic")))
 
 
 def _choices(tuner) -> dict:

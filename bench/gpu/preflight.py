@@ -1,12 +1,6 @@
 """The preflight job: versions, the device, TF32 as each library reports it, and four small things that must
 work before anything else is worth running (one Numba kernel on a CuPy array through ``gpu_base.launch``, one
-matmul, one rfft2, torch's CUDA); then the per-launch cost of Numba kernels on CuPy arrays.
-
-Launch cost: numba-cuda takes a CuPy array through ``__dlpack__`` (handing over the launch's stream, which
-``gpu_base.launch`` makes CuPy's current one, so no synchronisation is needed); an object with only
-``__cuda_array_interface__`` makes it synchronise on the array's stream first unless
-``NUMBA_CUDA_ARRAY_INTERFACE_SYNC=0`` (read here from Numba's config and switched both ways). Each is timed as
-wall time of ``LAUNCHES`` back-to-back launches of a one-thread kernel and one synchronise, per launch.
+matmul, one rfft2, torch's CUDA). What a launch costs by each route is ``launch_routes.py``'s job.
 """
 from __future__ import annotations
 
@@ -14,11 +8,10 @@ import platform
 import time
 
 import numpy as np
-from numba import cuda
+
+from convalgos.gpu_compiler import cuda
 
 from .common import Device, emit, short_error
-
-LAUNCHES, SIM_LAUNCHES = 2000, 3
 
 
 def _version(module_name: str) -> str:
@@ -129,47 +122,3 @@ def run_preflight() -> None:
     usable, words = torch_status()
     emit("torch", usable=usable, detail=words)
     emit("tf32", cupy="not used (simulator)" if dev.simulated else cupy_tf32())
-
-
-def _config():
-    try:
-        from numba.cuda.core import config       # numba-cuda
-    except ImportError:
-        from numba.core import config            # numba's built-in CUDA target
-    return config
-
-
-class _InterfaceOnly:
-    """A device array seen through ``__cuda_array_interface__`` only (no ``__dlpack__``)."""
-
-    def __init__(self, a):
-        self.__cuda_array_interface__ = a.__cuda_array_interface__
-
-
-def run_launch_cost() -> None:
-    """Emit one row per way of handing a kernel its array: microseconds per launch."""
-    from convalgos.gpu_base import launch
-    dev = Device()
-    kernel, n = add_one, SIM_LAUNCHES if dev.simulated else LAUNCHES
-    a = dev.xp.zeros(1, np.float32)
-    ways = {"Numba device array, Numba's default stream": (lambda d: kernel[1, 1](d), cuda.to_device(np.zeros(1)))}
-    ways["CuPy array through gpu_base.launch (CuPy's stream)"] = (lambda d: launch(kernel, 1, 1)(d), a)
-    config = _config()
-    if not dev.simulated:
-        for sync in (1, 0):
-            ways[f"__cuda_array_interface__ only, NUMBA_CUDA_ARRAY_INTERFACE_SYNC={sync}"] = (
-                lambda d, sync=sync: (setattr(config, "CUDA_ARRAY_INTERFACE_SYNC", sync), launch(kernel, 1, 1)(d)),
-                _InterfaceOnly(a))
-        ways["a CuPy elementwise kernel (a += 1), for scale"] = (lambda d: d.__iadd__(1), a)
-    emit("setting", sync=getattr(config, "CUDA_ARRAY_INTERFACE_SYNC", "?"))
-    for name, (call, arg) in ways.items():
-        try:
-            call(arg)                                 # compile, first touch
-            dev.synchronize()
-            start = time.perf_counter()
-            for _ in range(n):
-                call(arg)
-            dev.synchronize()
-            emit("row", way=name, us=(time.perf_counter() - start) / n * 1e6, launches=n)
-        except Exception as e:  # noqa: BLE001 - one way failing leaves the others
-            emit("row", way=name, us=None, launches=0, error=short_error(e))

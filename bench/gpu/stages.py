@@ -23,6 +23,7 @@ class Run:
         self.report, self.simulate, self.start = report, simulate, time.perf_counter()
         self.deadline = self.start + budget
         self.cut, self.died, self.check_rows, self.time_rows, self.nets = [], [], [], [], []
+        self.profiles, self.bridge = [], []
         self.cudnn = {False: {}, True: {}}
         self.torch_usable = False
 
@@ -72,12 +73,13 @@ def preflight(run: Run) -> bool:
 
 def launch_cost(run: Run) -> None:
     rep = run.report
-    rep.heading("Per-launch cost of a Numba kernel (wall time of back-to-back launches, one synchronise)")
+    rep.heading("Per-launch cost by route (wall time of back-to-back launches of a one-thread kernel, one "
+                "synchronise)")
 
     def on(event):
         if event["kind"] == "setting":
             rep.line(f"NUMBA_CUDA_ARRAY_INTERFACE_SYNC in Numba's config: {event['sync']}\n")
-            rep.table(["arrays handed over as", "us per launch", "launches"])
+            rep.table(["route", "us per launch", "launches"])
         elif event["kind"] == "row":
             us = "" if event["us"] is None else f"{event['us']:.1f}"
             rep.row([event["way"], us or event.get("error", ""), event["launches"]])
@@ -229,8 +231,55 @@ def nets(run: Run) -> None:
                 rep.table(["model", "what"] + sides)
                 for what in ("forward", "step"):
                     rep.row([name, what] + [f"{event[f'{what}_ms'][s]:.2f}" for s in sides])
+            elif event["kind"] == "profile":
+                run.profiles.append(event)
+                write_profile(rep, name, event["sides"])
         run.job(f"net {name} b{batch} {size}x{size}", ["net", name, str(batch), str(size)], on,
                 cap=120 if name == "resnet18" else 80, minimum=20)
+
+
+def bridge(run: Run) -> None:
+    """The torch bridge on CUDA tensors: a converted model against the same model unconverted."""
+    from .bridge import BRIDGE_NETS
+    rep = run.report
+    rep.heading("The torch bridge: a converted torch model against the same model unconverted (ms)")
+    for name, (batch, size) in ({"tiny": (2, 3)} if run.simulate else BRIDGE_NETS).items():
+        def on(event, name=name):
+            if event["kind"] == "note":
+                rep.line(f"{name}: {event['text']}")
+            elif event["kind"] == "row":
+                run.bridge.append(event)
+                rep.line(f"{name} b{event['batch']} {event['size']}x{event['size']} on {event['device']} tensors; "
+                         f"converted through {event['tuner']}; torch: {event['tf32']}, cudnn.benchmark on; "
+                         f"conv calls served by the dispatcher {event['served']['dispatched']}, by torch's conv "
+                         f"(fallbacks) {event['served']['by torch']}; first-step losses "
+                         + ", ".join(f"{k} {v:.6f}" for k, v in event["losses"].items()) + "\n")
+                rep.table(["model", "what", "torch", "converted", "converted / torch"])
+                for what in ("forward", "step"):
+                    t = event[f"{what}_ms"]
+                    rep.row([name, "eval forward" if what == "forward" else "SGD step", f"{t['torch']:.2f}",
+                             f"{t['converted']:.2f}", f"{t['converted'] / t['torch']:.2f}x"])
+        run.job(f"bridge {name} b{batch} {size}x{size}", ["bridge", name, str(batch), str(size)], on, cap=60,
+                minimum=15)
+
+
+def write_profile(rep: Report, name: str, sides: dict) -> None:
+    """Where a step's time goes, per side (``step_profile.py``), and each side's top kernels or operations."""
+    rep.line("\nWhere one training step's time goes (torch.profiler over every kernel of the process; device "
+             "operations: convalgos.cuda.count_ops, ours only):\n")
+    rep.table(["model", "side", "kernels per step", "device operations per step", "GPU kernel ms per step",
+               "wall ms per step", "GPU busy"])
+    for side, r in sides.items():
+        kernels = f"{r['kernels']:.0f}" if "kernels" in r else r.get("profiler", "")
+        rep.row([name, side, kernels, r.get("device_ops", ""), f"{r['gpu_ms']:.2f}" if "gpu_ms" in r else "",
+                 f"{r['wall_ms']:.2f}", f"{r['busy']:.0%}" if "busy" in r else ""])
+    for side, r in sides.items():
+        if r.get("top_kernels"):
+            rep.line(f"- {side}, top kernels by GPU time (count, ms per step): " + "; ".join(
+                f"`{k}` {n:.0f}, {ms:.2f}" for k, n, ms in r["top_kernels"]))
+        if r.get("top_ops"):
+            rep.line(f"- {side}, top device operations (count per step): " + ", ".join(
+                f"{k} {n}" for k, n in r["top_ops"]))
 
 
 def timing_nets() -> dict:

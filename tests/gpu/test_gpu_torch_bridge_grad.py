@@ -15,6 +15,7 @@ from convalgos.arrays import simulator_enabled
 torch = pytest.importorskip("torch")
 
 import autotune.torch as at  # noqa: E402
+from autotune.torch.record import LayerRecord  # noqa: E402
 
 ON_GPU = not simulator_enabled()
 if ON_GPU and not torch.cuda.is_available():
@@ -60,8 +61,11 @@ def test_each_gpu_algorithms_gradients_are_as_close_to_float64_as_torchs(algo, r
     x, w, dy, reference, theirs = runs
     algorithm = gpu.ALGORITHMS[algo]
     devices = None if ON_GPU else [SimulatedGpuDevice()]
-    tuner = autotune.Tuner({algo: algorithm}, devices=devices)
-    ours = passes(x, w, dy, lambda x, w: at.conv2d(x, w, None, 1, 1, tuner=tuner))
+    tuner, record = autotune.Tuner({algo: algorithm}, devices=devices), LayerRecord()
+    ours = passes(x, w, dy, lambda x, w: at.conv2d(x, w, None, 1, 1, tuner=tuner, record=record))
+    # every pass through the dispatcher: none computed by torch's own conv instead
+    assert {op: (r.dispatched, r.by_torch) for op, r in record.passes.items()} == {
+        op: (1, 0) for op in ("forward", "backward_data", "backward_filter")}
     for op, mine, torchs, ref in zip(("forward", "backward_data", "backward_filter"), ours, theirs, reference):
         allowed = max(2 * error(torchs, ref), algorithm.tolerance_of(op, "float32"))
         assert error(mine, ref) <= allowed, (op, error(mine, ref), error(torchs, ref))
