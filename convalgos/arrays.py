@@ -102,7 +102,8 @@ def gpu_problem() -> str | None:
     problems = [p for p in problems if p]
     if not problems:
         return None
-    return f"{GPU_MISSING}. Here: " + "; ".join(problems)
+    return ("convalgos.cuda needs CuPy and a CUDA driver, or NUMBA_ENABLE_CUDASIM=1 for the simulator. Here: "
+            + "; ".join(problems))
 
 
 def require_gpu() -> None:
