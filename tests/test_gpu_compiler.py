@@ -15,9 +15,10 @@ import pytest
 from convalgos import arrays, gpu_compiler
 
 NUMPY_25 = ("import numpy as np\n"
-            "del np.row_stack\n"
-            "np.__all__ = [n for n in np.__all__ if n != 'row_stack']\n"
-            "np.__version__ = '2.5.0'\n")
+            "if hasattr(np, 'row_stack'):\n"                 # not already numpy 2.5
+            "    del np.row_stack\n"
+            "    np.__all__ = [n for n in np.__all__ if n != 'row_stack']\n"
+            "    np.__version__ = '2.5.0'\n")
 
 
 def run_fresh(code: str, simulator: bool) -> subprocess.CompletedProcess:
