@@ -17,8 +17,9 @@ import os
 
 import numpy as np
 
-GPU_MISSING = ("convalgos.cuda needs CuPy and a CUDA driver, or NUMBA_ENABLE_CUDASIM=1 for the simulator "
-               "(install the extra: pip install 'convalgos[gpu]' for CUDA 12, 'convalgos[gpu-cu13]' for CUDA 13)")
+GPU_NEEDS = "convalgos.cuda needs CuPy and a CUDA driver, or NUMBA_ENABLE_CUDASIM=1 for the simulator"
+GPU_MISSING = (f"{GPU_NEEDS} (install the extra: pip install 'convalgos[gpu]' for CUDA 12, 'convalgos[gpu-cu13]' "
+               f"for CUDA 13)")
 #: the fix for a missing CuPy, named in ``gpu_problem``
 INSTALL_GPU = ("pip install -e '.[gpu]' for CUDA 12 (driver >= 525) or '.[gpu-cu13]' for CUDA 13 (driver >= 580), "
                "one of them, as nvidia-smi's CUDA version says")
@@ -102,8 +103,7 @@ def gpu_problem() -> str | None:
     problems = [p for p in problems if p]
     if not problems:
         return None
-    return ("convalgos.cuda needs CuPy and a CUDA driver, or NUMBA_ENABLE_CUDASIM=1 for the simulator. Here: "
-            + "; ".join(problems))
+    return f"{GPU_NEEDS}. Here: " + "; ".join(problems)
 
 
 def require_gpu() -> None:

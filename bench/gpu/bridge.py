@@ -100,7 +100,8 @@ def run_bridge(name: str, batch: int, size: int) -> None:
     sides = {"torch": TorchStep(torch, plain, x, labels), "converted": TorchStep(torch, converted, x, labels)}
     losses = {label: side.step() for label, side in sides.items()}    # the same weights: the same first loss
     rounds, least = (1, 0.0) if dev.simulated else (ROUNDS, MIN_SECONDS)
-    row = dict(model=name, batch=batch, size=size, losses=losses, tf32=tf32, device=where,
+    row = dict(model=name, batch=batch, size=size, losses=losses, device=where,
+               torch="its CPU backend" if dev.simulated else f"cuDNN with benchmark on, {tf32}",
                tuner="the simulated GPU, im2col only" if dev.simulated else
                "Tuner() defaults: benchmark off, the heuristic's choices")
     for what in ("forward", "step"):

@@ -250,7 +250,7 @@ def bridge(run: Run) -> None:
             elif event["kind"] == "row":
                 run.bridge.append(event)
                 rep.line(f"{name} b{event['batch']} {event['size']}x{event['size']} on {event['device']} tensors; "
-                         f"converted through {event['tuner']}; torch: {event['tf32']}, cudnn.benchmark on; "
+                         f"converted through {event['tuner']}; torch: {event['torch']}; "
                          f"conv calls served by the dispatcher {event['served']['dispatched']}, by torch's conv "
                          f"(fallbacks) {event['served']['by torch']}; first-step losses "
                          + ", ".join(f"{k} {v:.6f}" for k, v in event["losses"].items()) + "\n")
