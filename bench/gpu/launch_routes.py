@@ -1,5 +1,6 @@
 """The launch job: what one kernel launch costs on the host, by each route a launch can take, as wall time of
-``LAUNCHES`` back-to-back launches of a one-thread kernel and one synchronise, per launch.
+``LAUNCHES`` back-to-back launches of a one-thread kernel and one synchronise, per launch (each configured
+as the library's own, ``gpu_compiler.configure``: no low-occupancy warning per launch).
 
 - a Numba device array on Numba's default stream (numba-cuda's own route);
 - a CuPy array through ``gpu_base.launch`` (the library's route: CuPy's current stream, the array taken through
@@ -23,7 +24,7 @@ import time
 import numpy as np
 
 from convalgos.gpu_base import launch
-from convalgos.gpu_compiler import cuda
+from convalgos.gpu_compiler import configure, cuda
 
 from .common import Device, emit, short_error
 from .preflight import add_one
@@ -54,7 +55,8 @@ class _InterfaceOnly:
 def ways(dev: Device, a) -> dict:
     """route -> (call, argument), or route -> why it does not run here."""
     kernel, config = add_one, _config()
-    found = {"Numba device array, Numba's default stream": (lambda d: kernel[1, 1](d), cuda.to_device(np.zeros(1))),
+    found = {"Numba device array, Numba's default stream": (lambda d: configure(kernel, 1, 1)(d),
+                                                           cuda.to_device(np.zeros(1))),
              "Numba, CuPy array through gpu_base.launch (CuPy's stream): the library's route":
                  (lambda d: launch(kernel, 1, 1)(d), a)}
     if dev.simulated:
@@ -66,7 +68,7 @@ def ways(dev: Device, a) -> dict:
     from convalgos.gpu_compiler import stream_at
     view = cuda.as_cuda_array(a)
     found["Numba, a pre-made Numba view of the CuPy array, on CuPy's stream"] = (
-        lambda d: kernel[1, 1, stream_at(cupy.cuda.get_current_stream().ptr)](d), view)
+        lambda d: configure(kernel, 1, 1, stream_at(cupy.cuda.get_current_stream().ptr))(d), view)
     for sync in (1, 0):
         found[f"__cuda_array_interface__ only, NUMBA_CUDA_ARRAY_INTERFACE_SYNC={sync}"] = (
             lambda d, sync=sync: (setattr(config, "CUDA_ARRAY_INTERFACE_SYNC", sync), launch(kernel, 1, 1)(d)),
