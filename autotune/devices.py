@@ -69,7 +69,7 @@ class CpuDevice:
         return numba.get_num_threads()
 
     def run(self, algorithm, op, a, b, p, out=None, bias=None, prepared=None):
-        return convalgos.run(algorithm, op, a, b, p, out, bias, prepared=prepared)
+        return convalgos.run(algorithm, op, a, b, p, out, bias, prepared=prepared, xp=np)
 
     def host(self, a):
         return np.asarray(a)
@@ -142,6 +142,15 @@ class GpuDevice(CpuDevice):
         self.last_workspace = None
 
     @functools.cached_property
+    def algorithms(self) -> dict:
+        """The GPU registry, resolved once (its import is not paid per call)."""
+        return self.backend.registry
+
+    @functools.cached_property
+    def xp(self):
+        return self.backend.xp
+
+    @functools.cached_property
     def _pool(self):
         import cupy
         return cupy.get_default_memory_pool()
@@ -166,7 +175,7 @@ class GpuDevice(CpuDevice):
     def run(self, algorithm, op, a, b, p, out=None, bias=None, prepared=None):
         pool = self._pool
         before = pool.total_bytes()
-        result = convalgos.run(algorithm, op, a, b, p, out, bias, prepared=prepared)
+        result = convalgos.run(algorithm, op, a, b, p, out, bias, prepared=prepared, xp=self.xp)
         self.last_workspace = max(0, pool.total_bytes() - before)
         return result
 
@@ -190,7 +199,7 @@ class SimulatedGpuDevice(CpuDevice):
     name = "cuda:simulator"
     kind = "cuda"
 
-    @property
+    @functools.cached_property
     def algorithms(self) -> dict:
         return BACKENDS["cuda"].registry
 

@@ -169,12 +169,18 @@ class Tuner:
         return call
 
     def _dispatch(self, call: Call, a, b, out, bias):
-        check_out(out, call.result_shape, a.dtype)
+        """A call, once its ``Call`` is known: the output (the caller's, checked, or allocated here, of the
+        shape the memo keeps), the table's entry (``_entry``: a hit is one locked look-up), the run."""
+        device = call.device
+        if out is not None:
+            check_out(out, call.result_shape, a.dtype)
         if call.params.N == 0:
-            return result_array(call.device.xp, call.params, call.key.op, a.dtype, out)
+            return result_array(device.xp, call.params, call.key.op, a.dtype, out)
         entry, registry = self._entry(call, a, b, out)
+        if out is None:
+            out = device.xp.empty(call.result_shape, a.dtype)
         try:
-            return call.device.run(registry[entry.algo], call.key.op, a, b, call.params, out, bias)
+            return device.run(registry[entry.algo], call.key.op, a, b, call.params, out, bias)
         except Exception as error:  # noqa: BLE001 - the next ranked algorithm serves the call
             return self._fall_back(entry, error, call.device, registry, (call.key.op, a, b, call.params, out, bias))
 
