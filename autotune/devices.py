@@ -49,12 +49,14 @@ class CpuDevice:
     def __init__(self):
         self.timer = Timer()
 
-    @property
+    @functools.cached_property
     def algorithms(self) -> dict:
+        """The backend's registry, resolved once (the GPU's is imported at first use, not at every call)."""
         return self.backend.registry
 
-    @property
+    @functools.cached_property
     def xp(self):
+        """The backend's array module, resolved once."""
         return self.backend.xp
 
     def owns(self, x) -> bool:
@@ -69,7 +71,7 @@ class CpuDevice:
         return numba.get_num_threads()
 
     def run(self, algorithm, op, a, b, p, out=None, bias=None, prepared=None):
-        return convalgos.run(algorithm, op, a, b, p, out, bias, prepared=prepared, xp=np)
+        return convalgos.run(algorithm, op, a, b, p, out, bias, prepared=prepared, xp=self.xp)
 
     def host(self, a):
         return np.asarray(a)
@@ -140,15 +142,6 @@ class GpuDevice(CpuDevice):
     def __init__(self):
         self.timer = CudaEventTimer()
         self.last_workspace = None
-
-    @functools.cached_property
-    def algorithms(self) -> dict:
-        """The GPU registry, resolved once (its import is not paid per call)."""
-        return self.backend.registry
-
-    @functools.cached_property
-    def xp(self):
-        return self.backend.xp
 
     @functools.cached_property
     def _pool(self):

@@ -121,13 +121,13 @@ class Graph:
         self.kwargs = {k: _static_copy(v) for k, v in kwargs.items()}
         self.outputs, self.graph, self.stream, self.pool, self.kept = None, None, None, None, []
 
-    def copy_in(self, args, kwargs) -> None:
-        for static, a in zip(self.args, args):
-            if hasattr(static, "shape"):
-                static[...] = a
-        for k, v in kwargs.items():
-            if hasattr(self.kwargs[k], "shape"):
-                self.kwargs[k][...] = v
+    def copy_in(self, args, kwargs) -> int:
+        """Copy the call's arrays into the static inputs; returns how many copies were made."""
+        pairs = list(zip(self.args, args)) + [(self.kwargs[k], v) for k, v in kwargs.items()]
+        copies = [(static, a) for static, a in pairs if hasattr(static, "shape")]
+        for static, a in copies:
+            static[...] = a
+        return len(copies)
 
     @property
     def nbytes(self) -> int:
@@ -215,8 +215,11 @@ class CudaGraph:
             graph.stream.begin_capture()
             try:
                 graph.outputs = self.step(*graph.args, **graph.kwargs)
-            finally:
-                captured = graph.stream.end_capture()           # ends a failed capture too
+            except BaseException:
+                with contextlib.suppress(Exception):          # end the failed capture; its own error is the news
+                    graph.stream.end_capture()
+                raise
+            captured = graph.stream.end_capture()             # an invalidated capture raises here
         graph.graph, graph.kept = captured, kept
         self._launch(graph, caller)
         return graph.outputs
@@ -231,7 +234,7 @@ class CudaGraph:
         caller = cupy.cuda.get_current_stream()
         graph.stream.wait_event(caller.record())
         with graph.stream:
-            graph.copy_in(args, kwargs)
+            _cuda().record("cupy.copy", graph.copy_in(args, kwargs))
         self._launch(graph, caller)
         return graph.outputs
 
