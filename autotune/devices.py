@@ -88,9 +88,10 @@ class CudaEventTimer:
     issue time included where it is the longer; ``time_both`` the host time to issue it (no synchronise
     inside) and the GPU time of its kernels, with the stream held busy (``convalgos.cuda.hold_stream``) while
     the host issues them, so that the start event completes only when the host is done and no host time leaks
-    into the GPU time. The hold lasts twice the last host time measured, plus ``HOLD_MARGIN``."""
+    into the GPU time. The hold lasts twice the last host time measured, or half the previous hold when that is
+    longer (a slower candidate after a faster one), plus ``HOLD_MARGIN``, at most ``HOLD_MOST``."""
 
-    HOLD_MARGIN = 50e-6
+    HOLD_MARGIN, HOLD_MOST = 50e-6, 0.1
 
     def __init__(self):
         self._hold = 1e-3
@@ -104,7 +105,7 @@ class CudaEventTimer:
 
     def time_both(self, fn) -> tuple[float, float]:
         host, gpu = self._events(fn, hold=True)
-        self._hold = min(2 * host + self.HOLD_MARGIN, 0.1)
+        self._hold = min(max(2 * host, self._hold / 2) + self.HOLD_MARGIN, self.HOLD_MOST)
         return host, gpu
 
     def _events(self, fn, hold: bool) -> tuple[float, float]:
