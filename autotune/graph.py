@@ -184,7 +184,10 @@ class CudaGraph:
             outputs = (self._simulated_capture if _simulated(args, kwargs) else self._gpu_capture)(graph)
         except Exception as error:
             self.refused[key] = str(error)
-            raise _as_capture_error(error, self.name) from error
+            converted = _as_capture_error(error, self.name)
+            if converted is error:
+                raise
+            raise converted from error
         self._graphs[key] = graph
         self.captures += 1
         LOG.info("cuda_graph %s: captured input %s (capture %d of this step), holding %.1f MiB", self.name, key,
