@@ -1,6 +1,8 @@
 """``autotune.cuda_graph``'s logic on NumPy arrays (where the step runs eagerly, as in the simulator) with fake
 algorithms and a fake clock: capture on the second call per shape, replays, a new shape captured anew and
-logged, patience, the refusals and the memory report; and the race choosing by host or GPU time."""
+logged, patience, the refusals and the memory report; the GPU path's order of operations on a stand-in CuPy
+(side stream, private pool, capture, launch, the caller's stream waiting); and the race choosing by host or GPU
+time."""
 import logging
 
 import numpy as np
@@ -189,3 +191,102 @@ def test_an_entry_with_host_and_gpu_times_survives_the_cache_file(tmp_path):
     entry, _ = split_entry(graph_mode=False)
     again = type(entry).from_dict(entry.to_dict())
     assert again.host_times == entry.host_times and again.decided == entry.decided
+
+
+# ---- the GPU path's orchestration, on a stand-in CuPy (no GPU here) -----------------------------------------
+class DeviceArray(np.ndarray):
+    """Stands for a CuPy array (its type's module says cupy)."""
+
+
+DeviceArray.__module__ = "cupy._core.core"
+
+
+class StandInCupy:
+    """Records what graph.py asks of CuPy: streams, captures, graph launches, the allocator in use."""
+
+    def __init__(self):
+        self.log, self.allocator = [], None
+        self.cuda = self
+        self.caller = self.Stream(self, "caller")
+
+    def get_current_stream(self):
+        return self.caller
+
+    def MemoryPool(self):
+        return type("Pool", (), {"malloc": "private malloc", "total_bytes": lambda pool: 4096})()
+
+    def using_allocator(self, allocator):
+        cupy = self
+
+        class Using:
+            def __enter__(self):
+                cupy.allocator = allocator
+
+            def __exit__(self, *exc):
+                cupy.allocator = None
+        return Using()
+
+    class Stream:
+        def __init__(self, cupy, name="side"):
+            self.cupy, self.name = cupy, name
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc):
+            return False
+
+        def record(self):
+            return f"event on {self.name}"
+
+        def wait_event(self, event):
+            self.cupy.log.append(f"{self.name} waits for {event}")
+
+        def begin_capture(self):
+            self.cupy.log.append(f"begin capture, allocator {self.cupy.allocator}")
+
+        def end_capture(self):
+            self.cupy.log.append("end capture")
+            cupy = self.cupy
+            return type("Graph", (), {"launch": lambda graph, stream: cupy.log.append(f"launch on {stream.name}")})()
+
+
+@pytest.fixture
+def stand_in_cupy(monkeypatch):
+    cupy = StandInCupy()
+    cupy.Stream = lambda non_blocking=False: StandInCupy.Stream(cupy)
+    monkeypatch.setitem(__import__("sys").modules, "cupy", cupy)
+    return cupy
+
+
+def test_on_a_gpu_the_capture_uses_a_side_stream_and_a_private_pool_and_replays_launch_the_graph(stand_in_cupy):
+    seen = []
+
+    def step(x):
+        seen.append(capturing())
+        return x * 2
+    graph_step = cuda_graph(step)
+    x = np.arange(4.0).view(DeviceArray)
+    graph_step(x)
+    captured = graph_step(x)
+    assert stand_in_cupy.log == ["side waits for event on caller", "begin capture, allocator private malloc",
+                                 "end capture", "launch on side", "caller waits for event on side"]
+    replayed = graph_step(x + 10)
+    assert replayed is captured and stand_in_cupy.log[-2:] == ["launch on side", "caller waits for event on side"]
+    static = graph_step._graphs[next(iter(graph_step._graphs))].args[0]
+    assert np.array_equal(static, x + 10) and len(seen) == 2            # the replay ran no Python
+    assert graph_step.graph_bytes == x.nbytes + 4096
+
+
+def test_on_a_gpu_a_failed_capture_is_ended_and_its_cuda_error_named(stand_in_cupy):
+    def step(x):
+        if capturing():
+            raise CUDARuntimeError("cudaErrorStreamCaptureInvalidated: operation failed due to a previous error "
+                                   "during capture")
+        return x
+    graph_step = cuda_graph(step)
+    x = np.arange(4.0).view(DeviceArray)
+    graph_step(x)
+    with pytest.raises(CaptureError, match="CUDA refused an operation while capturing"):
+        graph_step(x)
+    assert stand_in_cupy.log[-1] == "end capture" and stand_in_cupy.allocator is None and capturing() is None
