@@ -214,7 +214,8 @@ class CudaGraph:
         caller = cupy.cuda.get_current_stream()
         graph.stream, graph.pool = cupy.cuda.Stream(non_blocking=True), cupy.cuda.MemoryPool()
         graph.stream.wait_event(caller.record())                # the static inputs are written
-        with cupy.cuda.using_allocator(graph.pool.malloc), graph.stream, _capture_of(self.name), _cuda().holding() as kept:
+        private = cupy.cuda.using_allocator(graph.pool.malloc)
+        with private, graph.stream, _capture_of(self.name), _cuda().holding() as kept:
             graph.stream.begin_capture()
             try:
                 graph.outputs = self.step(*graph.args, **graph.kwargs)
