@@ -68,9 +68,15 @@ def op_name(kernel) -> str:
 
 
 @functools.lru_cache(maxsize=1)
+def _simulated() -> bool:
+    """The simulator is on (read once: it must be set before numba is first imported anyway)."""
+    return simulator_enabled()
+
+
+@functools.lru_cache(maxsize=1)
 def _device_side():
     """(cupy, numba-cuda's ``from_cuda_array_interface``, ``stream_at``) on a GPU; None under the simulator."""
-    if simulator_enabled():
+    if _simulated():
         return None
     import cupy
     from .gpu_compiler import cuda, stream_at
@@ -126,7 +132,7 @@ def hold_stream(seconds: float) -> None:
 
 def launch_1d(items: int) -> tuple[int, int]:
     """(blocks, threads) for a grid-stride kernel over ``items`` work items."""
-    if _device_side() is None:
+    if _simulated():
         return 1, max(1, min(SIM_THREADS, items))
     threads = THREADS_1D
     return max(1, min(MAX_BLOCKS_1D, -(-items // threads))), threads
