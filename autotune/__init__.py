@@ -22,9 +22,13 @@ import importlib
 import sys
 import types
 
+from convalgos.arrays import simulator_enabled
+
 from .table import CacheInfo, DispatchTable, Entry, Key
 from .flags import FLAG_CHECKS
 from .tuner import ENV, Tuner
+from .graph import CaptureError
+from . import graph as _graph
 
 _default = Tuner(cache_path=ENV)
 
@@ -57,6 +61,14 @@ def simulated_gpu_tuner() -> Tuner:
         if getattr(_simulated[0], name) != getattr(_default, name):
             setattr(_simulated[0], name, getattr(_default, name))
     return _simulated[0]
+
+
+def cuda_graph(step=None, *, tuners=None, patience=None, warn_after=8):
+    """``autotune.graph.cuda_graph``: ``step`` replayed as a CUDA graph per input shape, its convs' tuners (by
+    default this module's, and the simulated GPU's under the simulator) put in graph mode."""
+    if tuners is None:
+        tuners = [_default] + ([simulated_gpu_tuner()] if simulator_enabled() else [])
+    return _graph.cuda_graph(step, tuners=tuners, patience=patience, warn_after=warn_after)
 
 
 #: the submodules imported at their first use as attributes (``autotune.models``).
@@ -95,4 +107,4 @@ sys.modules[__name__].__class__ = _FlagModule
 
 __all__ = ["conv2d", "conv2d_input", "conv2d_weight", "flags", "dispatch_table", "cache_info", "clear", "save",
            "load", "Tuner", "Key", "Entry", "CacheInfo", "DispatchTable", "default_tuner", "simulated_gpu_tuner",
-           "benchmark", "deterministic", "benchmark_limit", "workspace_limit", "patience"]
+           "benchmark", "deterministic", "benchmark_limit", "workspace_limit", "patience", "cuda_graph", "CaptureError"]

@@ -10,7 +10,8 @@ A device answers, for the tuner:
   ``convalgos.cuda.ALGORITHMS``; ``xp``: its array module;
 - ``name`` (part of the table's key), ``kind`` ("cpu" or "cuda": which heuristics apply), ``layout(x)`` and
   ``threads()`` (also in the key);
-- ``timer``: how a run is timed (wall clock on the CPU, CUDA events on the GPU);
+- ``timer``: how a run is timed (wall clock on the CPU; on the GPU host and GPU time apart, ``time_both``:
+  ``race.py`` says what the race does with them);
 - ``run(algorithm, op, a, b, p, out, bias, prepared)``: one pass through ``convalgos.run``; ``last_workspace``: bytes
   the last run newly allocated, where the device can see it (the GPU's memory pool), else None;
 - ``host(a)``: a NumPy view or copy of a result, for the reference check;
@@ -33,6 +34,7 @@ import numpy as np
 import convalgos
 from convalgos.backends import BACKENDS
 
+from .graph import refuse_in_capture
 from .measure import Timer
 
 
@@ -47,12 +49,14 @@ class CpuDevice:
     def __init__(self):
         self.timer = Timer()
 
-    @property
+    @functools.cached_property
     def algorithms(self) -> dict:
+        """The backend's registry, resolved once (the GPU's is imported at first use, not at every call)."""
         return self.backend.registry
 
-    @property
+    @functools.cached_property
     def xp(self):
+        """The backend's array module, resolved once."""
         return self.backend.xp
 
     def owns(self, x) -> bool:
@@ -67,7 +71,7 @@ class CpuDevice:
         return numba.get_num_threads()
 
     def run(self, algorithm, op, a, b, p, out=None, bias=None, prepared=None):
-        return convalgos.run(algorithm, op, a, b, p, out, bias, prepared=prepared)
+        return convalgos.run(algorithm, op, a, b, p, out, bias, prepared=prepared, xp=self.xp)
 
     def host(self, a):
         return np.asarray(a)
@@ -80,20 +84,45 @@ class CpuDevice:
 
 
 class CudaEventTimer:
-    """Seconds of GPU time of a call: CUDA events around it, after a synchronise."""
+    """Seconds of a call on the GPU: ``time`` (warm-ups) the events around it after a synchronise, the host's
+    issue time included where it is the longer; ``time_both`` the host time to issue it (no synchronise
+    inside) and the GPU time of its kernels, with the stream held busy (``convalgos.cuda.hold_stream``) while
+    the host issues them, so that the start event completes only when the host is done and no host time leaks
+    into the GPU time. The hold lasts twice the last host time measured, or half the previous hold when that is
+    longer (a slower candidate after a faster one), plus ``HOLD_MARGIN``, at most ``HOLD_MOST``."""
+
+    HOLD_MARGIN, HOLD_MOST = 50e-6, 0.1
+
+    def __init__(self):
+        self._hold = 1e-3
 
     def now(self) -> float:
         return time.perf_counter()
 
     def time(self, fn) -> float:
+        host, gpu = self._events(fn, hold=False)
+        return gpu
+
+    def time_both(self, fn) -> tuple[float, float]:
+        host, gpu = self._events(fn, hold=True)
+        self._hold = min(max(2 * host, self._hold / 2) + self.HOLD_MARGIN, self.HOLD_MOST)
+        return host, gpu
+
+    def _events(self, fn, hold: bool) -> tuple[float, float]:
+        refuse_in_capture("host", "the tuner's timing synchronises with the device")
         import cupy
+        from convalgos.cuda import hold_stream
         cupy.cuda.Device().synchronize()
+        if hold:
+            hold_stream(self._hold)
         start, end = cupy.cuda.Event(), cupy.cuda.Event()
         start.record()
+        began = time.perf_counter()
         fn()
+        host = time.perf_counter() - began
         end.record()
         end.synchronize()
-        return cupy.cuda.get_elapsed_time(start, end) / 1e3
+        return host, cupy.cuda.get_elapsed_time(start, end) / 1e3
 
 
 class GpuDevice(CpuDevice):
@@ -116,6 +145,11 @@ class GpuDevice(CpuDevice):
         self.last_workspace = None
 
     @functools.cached_property
+    def _pool(self):
+        import cupy
+        return cupy.get_default_memory_pool()
+
+    @functools.cached_property
     def _properties(self) -> dict:
         import cupy
         return cupy.cuda.runtime.getDeviceProperties(cupy.cuda.Device().id)
@@ -133,15 +167,14 @@ class GpuDevice(CpuDevice):
         return int(self._properties["multiProcessorCount"])
 
     def run(self, algorithm, op, a, b, p, out=None, bias=None, prepared=None):
-        import cupy
-        pool = cupy.get_default_memory_pool()
+        pool = self._pool
         before = pool.total_bytes()
-        result = convalgos.run(algorithm, op, a, b, p, out, bias, prepared=prepared)
+        result = convalgos.run(algorithm, op, a, b, p, out, bias, prepared=prepared, xp=self.xp)
         self.last_workspace = max(0, pool.total_bytes() - before)
         return result
 
     def host(self, a):
-        return a.get()
+        return to_host(a)
 
     def release(self, algorithm) -> None:
         import cupy
@@ -160,7 +193,7 @@ class SimulatedGpuDevice(CpuDevice):
     name = "cuda:simulator"
     kind = "cuda"
 
-    @property
+    @functools.cached_property
     def algorithms(self) -> dict:
         return BACKENDS["cuda"].registry
 
@@ -173,6 +206,12 @@ class SimulatedGpuDevice(CpuDevice):
         refuses that. On a GPU the operands are CuPy arrays, and nothing is copied."""
         a, b = (x if x is None or x.flags.writeable else np.array(x) for x in (a, b))
         return convalgos.run(algorithm, op, a, b, p, out, bias, prepared=prepared)
+
+
+def to_host(a) -> np.ndarray:
+    """A NumPy array of ``a`` (NumPy, or CuPy: a copy to the host, which a CUDA graph's capture refuses)."""
+    refuse_in_capture("host", "a device array copied to the host")
+    return a.get() if hasattr(a, "get") and not isinstance(a, np.ndarray) else np.asarray(a)
 
 
 #: the devices ``device_of`` asks, in order.

@@ -1,6 +1,15 @@
 """The race of one key's candidates (steps 3 and 4 of ``tuning.py``): interleaved timed rounds (``measure.rotate``)
 until each candidate's median is known well enough, or it is abandoned or can no longer tie the best; then a
-re-timing of a leader, or of a runner-up, that rests on few clean runs."""
+re-timing of a leader, or of a runner-up, that rests on few clean runs.
+
+What a run costs the step. On the CPU a run's wall time is its cost. On the GPU a call has two costs: the host
+time it takes to issue its launches (Python, argument conversion, 17-80 us per Numba launch) and the GPU time
+of its kernels; an eager step pays the larger of the two per call, since the host issues the next call while
+the GPU runs this one, whereas a step replayed as a CUDA graph (``graph.py``) pays its GPU time only, the host
+having issued it once at capture. cuDNN's benchmark mode times GPU time only, which chose the slower step on
+a host-bound ResNet-20 (0.89x the heuristic's on an H200). So where the timer measures both (``time_both``:
+the GPU's ``CudaEventTimer``), a run's cost is ``max(host, gpu)``, or ``gpu`` in the tuner's ``graph_mode``;
+both are kept per candidate, and ``decided`` says which one made the choice."""
 from __future__ import annotations
 
 from .measure import median, noise, rotate, without_spikes
@@ -15,6 +24,9 @@ class Race:
         self.s, self.calls, self.warmup, self.timer = settings, calls, warmup, timer
         self.device, self.registry = device, registry
         self.samples = {name: [] for name in calls}
+        self.split = hasattr(timer, "time_both")          # host and GPU time apart (module docstring)
+        self.graph_mode = getattr(settings, "graph_mode", False)
+        self.host, self.gpu = {name: [] for name in calls}, {name: [] for name in calls}
         self.abandoned, self.failed, self.spent, self.retimed, self.retiming = {}, {}, 0.0, set(), None
 
     def run(self) -> None:
@@ -56,7 +68,13 @@ class Race:
 
     def _time(self, name: str) -> None:
         try:
-            seconds = self.timer.time(self.calls[name])
+            if self.split:
+                host, gpu = self.timer.time_both(self.calls[name])
+                self.host[name].append(host)
+                self.gpu[name].append(gpu)
+                seconds = gpu if self.graph_mode else max(host, gpu)
+            else:
+                seconds = self.timer.time(self.calls[name])
         except Exception as e:  # noqa: BLE001 - a candidate failing mid-race is dropped, with its error
             self.failed[name] = f"failed while timed: {type(e).__name__}: {e}"
             self.device.release(self.registry[name])
@@ -64,6 +82,28 @@ class Race:
             return
         self.samples[name].append(seconds)
         self.spent += seconds
+
+    def split_medians(self) -> tuple[dict, dict]:
+        """(name -> median host seconds per call, name -> median GPU seconds), of the candidates still racing."""
+        return ({n: median(self.host[n]) for n in self.samples if self.host[n]},
+                {n: median(self.gpu[n]) for n in self.samples if self.gpu[n]})
+
+    def decided(self, choice: str) -> str:
+        """Which time made ``choice``: GPU time in graph mode; else host or GPU time, whichever was the larger
+        for it, and the candidate that GPU time alone would have chosen where that differs."""
+        host, gpu = self.split_medians()
+        if choice not in gpu:
+            return ""
+        if self.graph_mode:
+            return "GPU time (graph mode: the step replays as a CUDA graph, its host cost paid once at capture)"
+        by_gpu = min(gpu, key=gpu.get)
+        which = "host time" if host[choice] > gpu[choice] else "GPU time"
+        why = (f"{which} (eager: a call costs the larger of host {host[choice] * 1e3:.3f} ms and GPU "
+               f"{gpu[choice] * 1e3:.3f} ms)")
+        if by_gpu != choice:
+            why += (f"; by GPU time alone {by_gpu} would have won ({gpu[by_gpu] * 1e3:.3f} ms on the GPU, "
+                    f"{host[by_gpu] * 1e3:.3f} ms on the host)")
+        return why
 
     def _rounds(self, active: list) -> None:
         rotate(active, self._time, self._still_active)

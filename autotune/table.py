@@ -69,7 +69,9 @@ class Key:
 COLUMNS = (("median ms", 11), ("runs", 6), ("spikes", 8), ("warm-up ms", 12), ("JIT ms", 10), ("error", 10),
            ("workspace MiB", 15))
 #: Entry fields left out of its dict when empty.
-OPTIONAL = ("nonfinite", "jit", "contended", "confirmed")
+OPTIONAL = ("nonfinite", "jit", "contended", "confirmed", "host_times", "gpu_times", "decided")
+#: the columns of a GPU entry whose race measured host and GPU time apart (``race.py``).
+SPLIT_COLUMNS = (("host ms", 10), ("GPU ms", 10))
 
 
 @dataclass
@@ -94,7 +96,10 @@ class Entry:
     ``prepare_seconds`` and ``prepare_bytes``: for a ``prepared`` key, what preparing each candidate's weight
     took once (seconds, not in ``times``) and holds (bytes); ``nonfinite``: name -> how its NaN and Inf
     entries compared with the reference's ("same", "spread" or "wrong: ...", ``measure.judge``), for the
-    candidates whose result or reference had any.
+    candidates whose result or reference had any; ``host_times`` and ``gpu_times``: name -> median host seconds
+    to issue a call and median GPU seconds of its kernels, where the race measured them apart (the GPU), and
+    ``decided``: which of the two made the choice (``race.py``: ``times`` are then the larger of the two, or
+    the GPU time in graph mode).
     """
 
     key: Key
@@ -120,6 +125,9 @@ class Entry:
     jit: dict = field(default_factory=dict)
     contended: str = ""
     confirmed: int = 0
+    host_times: dict = field(default_factory=dict)
+    gpu_times: dict = field(default_factory=dict)
+    decided: str = ""
 
     def to_dict(self) -> dict:
         d = asdict(self)
@@ -146,14 +154,17 @@ class Entry:
         names = sorted(self.times, key=self.times.get)
         marks = {n: " *" if n == self.algo else (" =" if n in self.tied else "") for n in names}
         width = max([len("algorithm")] + [len(n + marks[n]) for n in names]) + 2
-        lines = [f"    {'algorithm':<{width}}" + "".join(f"{h:>{w}}" for h, w in COLUMNS)]
+        columns = COLUMNS + (SPLIT_COLUMNS if self.gpu_times else ())
+        lines = [f"    {'algorithm':<{width}}" + "".join(f"{h:>{w}}" for h, w in columns)]
         for name in names:
             jit = f"{self.jit[name] * 1e3:.1f}" if name in self.jit else "-"
             values = (f"{self.times[name] * 1e3:.3f}", str(self.runs.get(name, 0)), str(self.spikes.get(name, 0)),
                       f"{self.warmup.get(name, 0) * 1e3:.1f}", jit, f"{self.errors.get(name, float('nan')):.1e}",
                       f"{self.workspace.get(name, 0) / MiB:.1f}")
+            if self.gpu_times:
+                values += tuple(f"{t[name] * 1e3:.3f}" if name in t else "-" for t in (self.host_times, self.gpu_times))
             lines.append(f"    {name + marks[name]:<{width}}" + "".join(f"{v:>{w}}" for v, (_, w) in
-                                                                     zip(values, COLUMNS)))
+                                                                     zip(values, columns)))
         return lines
 
     def report(self) -> str:
@@ -174,6 +185,10 @@ class Entry:
             output = ("each writing into one output kept for the race (the call allocates its own, untimed)"
                       if self.fresh_output else "each writing into the caller's out= buffer")
             lines.append(f"  times: medians of interleaved runs less spikes, {output}")
+            if self.decided:
+                lines.append("  a run's time: the larger of its host time (issuing the launches) and its GPU time "
+                             "(kernels, between CUDA events), or the GPU time alone in graph mode; decided by "
+                             + self.decided)
             lines.append("  warm-up: the run before the race (a second one where JIT was most of the first); "
                          "JIT: Numba compiling or loading the first call's kernels; neither is in the medians")
             lines += self._times_lines()

@@ -26,6 +26,7 @@ from convalgos.passes import (backward_data_params, backward_filter_params, batc
 from .calls import Call, as_arrays, signature
 from .devices import DEVICES, device_of
 from .flags import FLAG_CHECKS, flags_set
+from .graph import capturing, refuse_in_capture
 from .heuristics import Heuristics
 from .shapes import ShapeLog, distance, layer_of
 from .store import Table
@@ -45,13 +46,16 @@ class Tuner:
     devices' timers. ``cache_path``: a JSON file loaded at first use and saved after each new tuning (``ENV``:
     the AUTOTUNE_CACHE environment variable; None: no file). ``retune_warning``: warn past this many input
     shapes of one layer; ``patience``: stop timing new shapes of a layer after this many (``shapes.py``).
+    ``graph_mode``: the step runs as a CUDA graph (``autotune.cuda_graph`` sets it), so a GPU candidate's cost
+    is its GPU time alone; off (eager), the larger of its GPU time and the host time it takes to issue
+    (``race.py``).
     """
 
     def __init__(self, algorithms=None, *, devices=None, benchmark=False, deterministic=False,
                  benchmark_limit=None, workspace_limit=None, patience=None, timer=None, heuristics=None,
                  cache_path=None, retune_warning=8, time_budget=1.0, cost_cap=20.0, min_runs=3, max_runs=50,
                  precision=0.01, abandon_ratio=3.0, settle_ratio=1.1, spike_ratio=1.5, tie_tolerance=0.01,
-                 prune_ratio=6.0, contention_ratio=0.3, confirm_after=1):
+                 prune_ratio=6.0, contention_ratio=0.3, confirm_after=1, graph_mode=False):
         self.algorithms = algorithms
         self.devices = DEVICES if devices is None else list(devices)
         self.benchmark, self.deterministic, self.patience = benchmark, deterministic, patience
@@ -61,7 +65,7 @@ class Tuner:
         self.time_budget, self.cost_cap, self.min_runs, self.max_runs = time_budget, cost_cap, min_runs, max_runs
         self.precision, self.abandon_ratio, self.settle_ratio = precision, abandon_ratio, settle_ratio
         self.spike_ratio, self.tie_tolerance, self.prune_ratio = spike_ratio, tie_tolerance, prune_ratio
-        self.contention_ratio, self.confirm_after = contention_ratio, confirm_after
+        self.contention_ratio, self.confirm_after, self.graph_mode = contention_ratio, confirm_after, graph_mode
         self.shapes = ShapeLog(retune_warning)
         self.table, self._memo, self._hits_since_contended = Table(), {}, {}
         self._tuning = threading.Lock()       # one tuning at a time: timings are not disturbed, a key tunes once
@@ -165,12 +169,18 @@ class Tuner:
         return call
 
     def _dispatch(self, call: Call, a, b, out, bias):
-        check_out(out, call.result_shape, a.dtype)
+        """A call, once its ``Call`` is known: the output (the caller's, checked, or allocated here, of the
+        shape the memo keeps), the table's entry (``_entry``: a hit is one locked look-up), the run."""
+        device = call.device
+        if out is not None:
+            check_out(out, call.result_shape, a.dtype)
         if call.params.N == 0:
-            return result_array(call.device.xp, call.params, call.key.op, a.dtype, out)
+            return result_array(device.xp, call.params, call.key.op, a.dtype, out)
         entry, registry = self._entry(call, a, b, out)
+        if out is None:
+            out = device.xp.empty(call.result_shape, a.dtype)
         try:
-            return call.device.run(registry[entry.algo], call.key.op, a, b, call.params, out, bias)
+            return device.run(registry[entry.algo], call.key.op, a, b, call.params, out, bias)
         except Exception as error:  # noqa: BLE001 - the next ranked algorithm serves the call
             return self._fall_back(entry, error, call.device, registry, (call.key.op, a, b, call.params, out, bias))
 
@@ -185,7 +195,8 @@ class Tuner:
         entry = self._lookup(call.key, registry)
         if entry is None:
             return self._miss(call.key, a, b, call.device, registry, out), registry
-        if entry.contended and not entry.confirmed and self.benchmark:
+        # a capture defers the confirmation to a later eager call: no timing inside a graph (``graph.py``)
+        if entry.contended and not entry.confirmed and self.benchmark and not capturing():
             entry = self._confirm(entry, call, a, b, out, registry)
         return entry, registry
 
@@ -227,6 +238,7 @@ class Tuner:
         raise error
 
     def _miss(self, key: Key, a, b, device, registry: dict, out) -> Entry:
+        refuse_in_capture("tuner", str(key))
         if not self.benchmark:
             return self.table.store(heuristic_entry(self, key, registry, device.kind))
         with self._tuning:

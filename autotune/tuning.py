@@ -172,6 +172,8 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     entry.algo, entry.tied = choose(clean, tuner.tie_tolerance, lambda n: (
         not registry[n].deterministic, workspace.get(n, 0), entry.errors.get(n, 0.0), n))
     entry.ranked = [entry.algo] + sorted((n for n in entry.times if n != entry.algo), key=entry.times.get)
+    entry.host_times, entry.gpu_times = race.split_medians()
+    entry.decided = race.decided(entry.algo)
     entry.contended = contention(entry.runs, entry.spikes, tuner.contention_ratio)
     entry.tuning_seconds = timer.now() - start
     return entry

@@ -31,15 +31,22 @@ against ``convalgos``' same function with the algorithm the table chose, interle
 with ``--quick``), difference of medians.
 Targets: regret median <= 2% and worst <= 10%; tuning cost median <= 40 and worst <= 150 runs of the choice;
 dispatch overhead <= 10 us.
+
+Hit path (``--hit-path``, printed, no record): what a hit costs the host alone, on ``DISPATCH_LAYER`` with one
+algorithm that does no work, in thread CPU time per call (the least over repeats), beside ``convalgos.run`` of
+that algorithm. CPU time leaves out the time other processes hold the core, so it holds on a loaded machine
+where wall-clock differences of medians of real passes (the dispatch overhead above) drown in the noise.
 """
 from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import signal
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
@@ -48,7 +55,9 @@ import numpy as np
 import autotune
 import convalgos
 from autotune import measure
-from convalgos import ALGORITHMS, PASSES
+from autotune.heuristics import Heuristics
+from convalgos import ALGORITHMS, PASSES, Algorithm
+from convalgos.registry import SUPPORTED
 
 from . import orders
 from .autotune_report import report
@@ -178,6 +187,56 @@ def dispatch_overhead(rounds: int, min_seconds: float) -> dict:
     return results
 
 
+class NoWork(Algorithm):
+    """An algorithm whose passes do nothing: a call through it is the dispatcher's host path alone."""
+
+    name, deterministic = "no_work", True
+
+    def constraints(self, p, op):
+        return SUPPORTED
+
+    def workspace_bytes(self, p, op="forward"):
+        return 0
+
+    def flops(self, p, op="forward"):
+        return p.flops
+
+    def forward(self, x, w, p, out):
+        pass
+
+    def backward_data(self, dy, w, p, out):
+        pass
+
+    def backward_filter(self, x, dy, p, out):
+        pass
+
+
+def hit_path_cost(calls: int = 2000, repeats: int = 40) -> dict:
+    """pass -> (us of thread CPU time per hit of a Tuner whose one algorithm does nothing, us per
+    ``convalgos.run`` of it), the least over ``repeats`` batches of ``calls`` (module docstring)."""
+    p, no_work = DISPATCH_LAYER, NoWork()
+    tuner = autotune.Tuner({no_work.name: no_work}, heuristics=Heuristics({"rules": []}))
+    rng = np.random.default_rng(5)
+    x, w, dy = (rng.standard_normal(s).astype(p.dtype) for s in (p.in_shape, p.weight_shape, p.out_shape))
+    layer_args = (p.stride, p.padding, p.dilation, p.groups)
+    calls_of = {"forward": (lambda: tuner.conv2d(x, w, None, *layer_args), (x, w)),
+                "backward_data": (lambda: tuner.conv2d_input(p.in_shape, w, dy, *layer_args), (dy, w)),
+                "backward_filter": (lambda: tuner.conv2d_weight(x, p.weight_shape, dy, *layer_args), (x, dy))}
+
+    def per_call(fn) -> float:
+        fn()
+        best = float("inf")
+        for _ in range(repeats):
+            start = time.thread_time()
+            for _ in range(calls):
+                fn()
+            best = min(best, (time.thread_time() - start) / calls)
+        return best * 1e6
+
+    return {op: (per_call(hit), per_call(lambda o=op, a=operands_: convalgos.run(no_work, o, *a, p)))
+            for op, (hit, operands_) in calls_of.items()}
+
+
 def measure_all(args, conditions) -> dict:
     """What a child process measures (JSON): every layer's row, and the dispatch overhead per condition."""
     layers = QUICK if args.quick else ALL_LAYERS
@@ -212,8 +271,13 @@ def main(argv=None):
     ap.add_argument("--passes", nargs="+", choices=PASSES, default=["forward"])
     ap.add_argument("--out", type=Path, default=None, help="markdown path (default bench/results/cpu-autotune.md; "
                                                          "/tmp/cpu-autotune-quick.md with --quick)")
+    ap.add_argument("--hit-path", action="store_true", help="print the host cost of a hit (us per call, a no-work "
+                                                            "algorithm) and of convalgos.run, then stop")
     orders.add_arguments(ap, rounds=None)
     args = ap.parse_args(argv)
+    if args.hit_path:
+        print(json.dumps({op: [round(v, 2) for v in us] for op, us in hit_path_cost().items()}))
+        return None
     orders.resolve(args, rounds=1)
     args.tunings = args.tunings or (2 if args.quick else 3)
     args.oracle_rounds = args.oracle_rounds or (3 if args.quick else 15)

@@ -11,7 +11,9 @@ idea's constraints: ``<family>/shared.py``) and answers ``supports``, ``workspac
 own kernels. ``implicit_gemm`` needs no workspace, so a zero workspace limit still leaves one algorithm. fp32 is
 fp32: nothing here turns TF32 on (CuPy uses it only when the user sets ``CUPY_TF32``). fp16 is computed in fp32
 and returned as fp16, as on the CPU. ``count_ops()`` counts the device operations the library issues
-(``gpu_ops.py``).
+(``gpu_ops.py``; ``record`` counts one beside a library call). For autotune's CUDA graphs and timing:
+``holding()`` collects the kept buffers a block uses (``memory.py``), ``hold_stream(seconds)`` keeps the
+current stream busy while the host issues work (``gpu_base.py``).
 
 Importing this module needs neither CuPy nor a driver; running its algorithms needs CuPy and a CUDA driver, or
 the simulator (``NUMBA_ENABLE_CUDASIM=1`` before numba is first imported), where NumPy arrays stand in.
@@ -21,10 +23,11 @@ from __future__ import annotations
 from .direct.gpu import GPUDirect
 from .fft.gpu import GPUFFT
 from .fft.gpu_tiled import GPUFFTTiled
-from .gpu_base import GPUAlgorithm
-from .gpu_ops import OpCounts, count_ops
+from .gpu_base import GPUAlgorithm, hold_stream
+from .gpu_ops import OpCounts, count_ops, record
 from .im2col.gpu import GPUIm2col
 from .implicit_gemm.gpu import GPUImplicitGemm
+from .memory import holding
 from .registry import Registry
 from .winograd.gpu import GPUWinograd
 
@@ -40,4 +43,5 @@ def release_workspaces() -> None:
     ALGORITHMS.release_workspaces()
 
 
-__all__ = ["ALGORITHMS", "GPUAlgorithm", "OpCounts", "count_ops", "release_workspaces"]
+__all__ = ["ALGORITHMS", "GPUAlgorithm", "OpCounts", "count_ops", "hold_stream", "holding", "record",
+           "release_workspaces"]

@@ -2,9 +2,14 @@
 
 The cap is per backend: a CPU algorithm's workspace comes out of host memory, a GPU algorithm's out of the
 device's (a quarter of what is free on the current device when asked). A cap the user sets applies to both.
+
+``holding()`` collects every kept buffer handed out inside its block, so that a CUDA graph captured there can
+pin the memory its kernels write: a buffer dropped later from its workspace (least recently used) would
+otherwise go back to the pool while a replay still writes it.
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import threading
 from collections import OrderedDict
@@ -69,6 +74,21 @@ def set_workspace_cap(nbytes) -> None:
     _cap["bytes"] = None if nbytes is None else int(nbytes)
 
 
+_holders = threading.local()
+
+
+@contextlib.contextmanager
+def holding():
+    """Within the block, every buffer a ``Workspace`` hands out in this thread is appended to the list it yields."""
+    held = []
+    outer = getattr(_holders, "lists", ())
+    _holders.lists = outer + (held,)
+    try:
+        yield held
+    finally:
+        _holders.lists = outer
+
+
 class Workspace:
     """Buffers an algorithm keeps between calls so repeated calls allocate nothing large.
 
@@ -99,6 +119,8 @@ class Workspace:
             while buffers and total > self.max_bytes:
                 total -= buffers.popitem(last=False)[1].nbytes
         buffers[key] = buf
+        for held in getattr(_holders, "lists", ()):
+            held.append(buf)
         if zero:
             buf.fill(0)
         return buf

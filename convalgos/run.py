@@ -11,17 +11,16 @@ layer is refused with a ValueError.
 """
 from __future__ import annotations
 
-import numpy as np
-
 from .arrays import array_module
 from .params import ConvParams
 from .passes import result_array
 from .registry import check_pass
 
 
-def run(algorithm, op: str, a, b, p: ConvParams, out=None, bias=None, prepared=None):
+def run(algorithm, op: str, a, b, p: ConvParams, out=None, bias=None, prepared=None, xp=None):
     """Pass ``op`` of the validated layer ``p`` through ``algorithm`` (no checks but the pass name and the
-    prepared form's fit). ``bias`` (forward only) is added to the result."""
+    prepared form's fit). ``bias`` (forward only) is added to the result. ``xp``: the operands' array module,
+    when the caller knows it (the dispatcher's device does)."""
     check_pass(op)
     extra = {}
     if prepared is not None:
@@ -29,13 +28,13 @@ def run(algorithm, op: str, a, b, p: ConvParams, out=None, bias=None, prepared=N
         extra = {"prepared": prepared.data}
     elif b is None:
         raise ValueError(f"the second operand of {op} is None, and no prepared form was given")
-    xp, cdt = array_module(a), np.dtype(p.compute_dtype)
-    shape = p.result_shape(op)
-    out = result_array(xp, p, op, a.dtype, out)
-    if p.N == 0:
-        return out
+    xp, cdt = array_module(a) if xp is None else xp, p.compute_dtype
+    if out is None or p.N == 0:
+        out = result_array(xp, p, op, a.dtype, out)
+        if p.N == 0:
+            return out
     direct_out = out.dtype == cdt and out.flags.c_contiguous
-    result = out if direct_out else algorithm.workspace.get(f"run.{op}", shape, cdt, xp=xp)
+    result = out if direct_out else algorithm.workspace.get(f"run.{op}", out.shape, cdt, xp=xp)
     b = None if b is None else xp.ascontiguousarray(b, dtype=cdt)
     getattr(algorithm, op)(xp.ascontiguousarray(a, dtype=cdt), b, p, result, **extra)
     if bias is not None:

@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import math
 
+from .. import gpu_ops
 from ..arrays import simulator_enabled
 from ..gpu_base import GPUAlgorithm, grid_fits, launch, launch_1d
 from ..kernels.loops import valid_range
@@ -150,6 +151,7 @@ class GPUDirect(GPUAlgorithm):
             if rows == 0 or cols == 0:
                 continue
             if row_taps is None or col_taps is None:     # no output reads these inputs
+                gpu_ops.record("cupy.fill")
                 out[:, :, row0::sh, col0::sw][:, :, :rows, :cols] = 0
                 continue
             (r0, r_step, mh, dh, top), (s0, s_step, mw, dw, left) = row_taps, col_taps

@@ -6,7 +6,8 @@ their Numba kernels in ``kernels.py``).
   complex GEMMs); ``pick_lags``: the R x S taps of each phase channel out of them.
 
 Both twins run ``lags_of`` and ``pick_lags``: NumPy arrays on the CPU, CuPy arrays on the GPU (the array module
-of the summed spectrum; the DFT matrices and index maps are made on the host and copied).
+of the summed spectrum; the DFT matrices and index maps are made once on the host, and copied to the device
+once: ``spectra.on_device``).
 """
 from __future__ import annotations
 
@@ -18,8 +19,10 @@ from ..arrays import array_module
 from ..gemm import matmul
 from ..params import ConvParams
 from .plan import TilePlan
+from .spectra import on_device
 
 
+@lru_cache(maxsize=64)
 def phase_map(size: int, pad: int, padded: int, outputs: int, stride: int, taps: int, dilation: int,
               per_tile: int) -> np.ndarray:
     """(3, size) ints: for each input row h (or column), the tile, position in the tile and phase of its phase
@@ -54,7 +57,7 @@ def lags_of(summed: np.ndarray, p: ConvParams, t: TilePlan, workspace) -> np.nda
     row bins, then Sq x Fw over the column bins of each lag row, instead of inverse FFTs of K*Csg whole planes
     for Rq*Sq values each."""
     xp = array_module(summed)
-    rows, cols = (xp.asarray(m) for m in lag_dft_matrices(t, p.compute_dtype))
+    rows, cols = (on_device(m, xp) for m in lag_dft_matrices(t, p.compute_dtype))
     Fw, KC = t.Tw // 2 + 1, p.K * p.Cg * t.sh * t.sw
     lag_rows = workspace.get("fft.lag_rows", (t.Rq, Fw, KC), summed.dtype, xp=xp)
     matmul(rows, summed.reshape(t.Th, Fw * KC), out=lag_rows.reshape(t.Rq, Fw * KC))

@@ -18,6 +18,12 @@ with the batch along the trailing axes) gives the GEMM layout (F, G, channels pe
 The kernel spectrum (forward, backward_data) is the CPU's pruned 2-D DFT by real GEMMs and the lags the CPU's
 pruned inverse (``spectra.py``, ``backward.py``, which take either array module).
 
+cuFFT plans are the algorithm's own (``transform``: one per kind, shape and dtype, made by
+``cupyx.scipy.fft.get_fft_plan`` at the first call and kept until ``release``), not CuPy's plan cache's: that
+cache holds 16 plans, and a layer's plan dropped from it would free the work area a captured CUDA graph still
+uses. Constants (DFT matrices, backward_data's index maps) go to the device once (``spectra.on_device``).
+Every cuFFT and cuBLAS call is counted (``gpu_ops.record``).
+
 FLOPs, workspace and chunks: ``plan.plan_flops``; ``plan.plan_workspace_bytes(..., device="cuda")``, the CPU's
 arrays plus the two copies CuPy makes (the input of each complex-to-real FFT, which cuFFT overwrites; the
 transposed operand of backward_filter's GEMM), not counting cuFFT's plan work area (CuPy's plan cache keeps it);
@@ -37,6 +43,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import gpu_ops
 from ..arrays import array_module
 from ..gpu_base import GPUAlgorithm, launch, launch_1d
 from ..memory import workspace_cap
@@ -45,7 +52,10 @@ from .backward import lags_of, phase_map, pick_lags
 from .gpu_kernels import gather_flipped_tiles_kernel, gather_tiles_kernel, scatter_phases_kernel, scatter_tiles_kernel
 from .plan import CHUNK_WORKSPACE, TilePlan, batch_chunk, plan_flops, plan_workspace_bytes, whole_image_plan
 from .shared import TOLERANCE, plan_constraints
-from .spectra import kernel_spectrum
+from .spectra import kernel_spectrum, on_device
+
+#: the most cuFFT plans one algorithm keeps (a model's layers and passes; the oldest dropped past it)
+PLANS = 64
 
 
 class GPUFFT(GPUAlgorithm):
@@ -54,6 +64,14 @@ class GPUFFT(GPUAlgorithm):
     name = "fft"
     deterministic = True
     tolerance = TOLERANCE
+
+    def __init__(self):
+        super().__init__()
+        self._plans = {}
+
+    def release(self) -> None:
+        super().release()
+        self._plans.clear()
 
     def plan(self, p: ConvParams, op: str = "forward") -> TilePlan | None:
         return whole_image_plan(p, op)
@@ -85,6 +103,7 @@ class GPUFFT(GPUAlgorithm):
             spectrum = self.input_spectrum(xs, q, t)
             product = self.buffer(xs, "fft.product", (t.freqs, q.groups, q.Kg, spectrum.shape[-1]),
                                   spectrum.dtype)
+            gpu_ops.record("cublas.gemm")
             array_module(x).matmul(kernel, spectrum, out=product)
             ys = out[n:n + chunk]
             launch(scatter_tiles_kernel(), *launch_1d(ys.size))(self.inverse(product, t), t.Rq - 1, t.Sq - 1,
@@ -96,13 +115,14 @@ class GPUFFT(GPUAlgorithm):
         kernel = kernel_spectrum(w, p, t, self.workspace, op)                   # conj(Wf), (F, G, Csg, Kg)
         (Hp, Wp), (Ho, Wo), (sh, sw), (dh, dw) = p.padded_hw, p.out_hw, p.stride, p.dilation
         (top, _), (left, _) = p.padding
-        rows = xp.asarray(phase_map(p.H, top, Hp, Ho, sh, p.R, dh, t.mh))
-        cols = xp.asarray(phase_map(p.W, left, Wp, Wo, sw, p.S, dw, t.mw))
+        rows = on_device(phase_map(p.H, top, Hp, Ho, sh, p.R, dh, t.mh), xp)
+        cols = on_device(phase_map(p.W, left, Wp, Wo, sw, p.S, dw, t.mw), xp)
         scatter = scatter_phases_kernel(p.compute_dtype)
         for n in range(0, p.N, chunk):
             dys, q, dxs = dy[n:n + chunk], p.with_batch(chunk), out[n:n + chunk]
             spectrum = self.output_spectrum(dys, q, t, flipped=False)
             product = self.buffer(dys, "fft.dx_product", kernel.shape[:3] + spectrum.shape[-1:], spectrum.dtype)
+            gpu_ops.record("cublas.gemm")
             xp.matmul(kernel, spectrum, out=product)
             launch(scatter, *launch_1d(dxs.size))(self.inverse(product, t), sh, sw, t.nth, t.ntw, rows, cols, dxs)
 
@@ -115,9 +135,11 @@ class GPUFFT(GPUAlgorithm):
             q = p.with_batch(chunk)
             xs = self.input_spectrum(x[n:n + chunk], q, t)
             dys = self.output_spectrum(dy[n:n + chunk], q, t, flipped=True)
+            gpu_ops.record("cublas.gemm")
             if n == 0:
                 xp.matmul(dys, xs.swapaxes(-1, -2), out=summed)
             else:
+                gpu_ops.record("cupy.add")
                 summed += xp.matmul(dys, xs.swapaxes(-1, -2),
                                     out=self.buffer(x, "fft.dw_product", summed.shape, summed.dtype))
         pick_lags(lags_of(summed, p, t, self.workspace), p, t, out)
@@ -129,7 +151,7 @@ class GPUFFT(GPUAlgorithm):
         tiles = self.buffer(x, "fft.tiles", (t.Th, t.Tw, p.C * t.sh * t.sw, p.N * t.nth * t.ntw))
         launch(gather_tiles_kernel(p.compute_dtype), *launch_1d(tiles.size))(
             x, top, left, t.sh, t.sw, t.mh, t.mw, t.nth, t.ntw, tiles)
-        return array_module(x).fft.rfftn(tiles, axes=(0, 1)).reshape(t.freqs, p.groups, -1, tiles.shape[-1])
+        return self.transform(tiles).reshape(t.freqs, p.groups, -1, tiles.shape[-1])
 
     def output_spectrum(self, dy, p: ConvParams, t: TilePlan, flipped: bool):
         """(F, G, Kg, P): the spectra of dy's tiles, reversed (backward_filter) or shifted down by the kernel
@@ -141,11 +163,29 @@ class GPUFFT(GPUAlgorithm):
         else:
             launch(gather_tiles_kernel(p.compute_dtype), *launch_1d(tiles.size))(
                 dy, t.Rq - 1, t.Sq - 1, 1, 1, t.mh, t.mw, t.nth, t.ntw, tiles)
-        return array_module(dy).fft.rfftn(tiles, axes=(0, 1)).reshape(t.freqs, p.groups, p.Kg, tiles.shape[-1])
+        return self.transform(tiles).reshape(t.freqs, p.groups, p.Kg, tiles.shape[-1])
 
-    @staticmethod
-    def inverse(spectrum, t: TilePlan):
+    def inverse(self, spectrum, t: TilePlan):
         """(Th, Tw, channels, columns) real tiles of a (F, G, channels per group, columns) spectrum."""
         F, G, per_group, columns = spectrum.shape
-        return array_module(spectrum).fft.irfftn(spectrum.reshape(t.Th, -1, G * per_group, columns),
-                                                 s=(t.Th, t.Tw), axes=(0, 1))
+        return self.transform(spectrum.reshape(t.Th, -1, G * per_group, columns), (t.Th, t.Tw))
+
+    def transform(self, a, inverse_shape=None):
+        """The real 2-D FFT over the two leading axes of ``a`` (its inverse to ``inverse_shape`` when given),
+        on a cuFFT plan this algorithm keeps (module docstring; NumPy's FFT under the simulator)."""
+        kind = "cufft.rfft2" if inverse_shape is None else "cufft.irfft2"
+        gpu_ops.record(kind)
+        if array_module(a) is np:
+            return (np.fft.rfftn(a, axes=(0, 1)) if inverse_shape is None
+                    else np.fft.irfftn(a, s=inverse_shape, axes=(0, 1)))
+        import cupyx.scipy.fft as cufft
+        key = (kind, a.shape, a.strides, a.dtype.char, inverse_shape)
+        plan = self._plans.get(key)
+        if plan is None:
+            if len(self._plans) >= PLANS:
+                self._plans.pop(next(iter(self._plans)))
+            plan = self._plans[key] = cufft.get_fft_plan(a, shape=inverse_shape, axes=(0, 1),
+                                                         value_type="R2C" if inverse_shape is None else "C2R")
+        if inverse_shape is None:
+            return cufft.rfftn(a, axes=(0, 1), plan=plan)
+        return cufft.irfftn(a, s=inverse_shape, axes=(0, 1), plan=plan)

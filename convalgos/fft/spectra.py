@@ -1,7 +1,9 @@
 """The kernel's spectrum for the FFT algorithms' forward and backward-data passes (the maths is in
 ``whole.py``): the flipped, dilated polyphase kernel, and its 2-D DFT pruned to its few nonzero taps, computed
 as two real GEMMs instead of batched FFTs of mostly-zero tiles. Both twins run it: NumPy arrays on the CPU,
-CuPy arrays on the GPU (the array module of ``w``; the small DFT matrices are made once on the host)."""
+CuPy arrays on the GPU (the array module of ``w``; the small DFT matrices are made once on the host and copied
+to the device once, ``on_device``: a copy per call would be a host-to-device transfer in every call, and one
+a CUDA graph cannot replay, its host array being gone)."""
 from __future__ import annotations
 
 from functools import lru_cache
@@ -12,6 +14,23 @@ from ..arrays import array_module
 from ..gemm import matmul
 from ..params import ConvParams
 from .plan import TilePlan
+
+
+#: device copies of host constants, by the host array's id (the host array kept beside, so the id stays its own)
+_DEVICE_COPIES: dict = {}
+
+
+def on_device(host: np.ndarray, xp):
+    """``host``, a constant made once (an ``lru_cache``'s result), as an array of ``xp``: itself for NumPy, a
+    device copy made once for CuPy."""
+    if xp is np:
+        return host
+    kept = _DEVICE_COPIES.get(id(host))
+    if kept is None or kept[0] is not host:
+        if len(_DEVICE_COPIES) >= 256:
+            _DEVICE_COPIES.clear()
+        kept = _DEVICE_COPIES[id(host)] = (host, xp.asarray(host))
+    return kept[1]
 
 
 def phase_kernel(w: np.ndarray, p: ConvParams, t: TilePlan) -> np.ndarray:
@@ -50,12 +69,12 @@ def kernel_spectrum(w: np.ndarray, p: ConvParams, t: TilePlan, workspace, op: st
     if op == "backward_data":
         kernel = kernel.reshape(t.Rq, t.Sq, p.groups, p.Kg, -1).swapaxes(3, 4)
     kernel = kernel.reshape(t.Rq, t.Sq, KCs)          # a copy when transposed
-    cos, sin = (xp.asarray(m) for m in dft_matrices(t.Tw, t.Sq, Fw, dt))
+    cos, sin = (on_device(m, xp) for m in dft_matrices(t.Tw, t.Sq, Fw, dt))
     rows = workspace.get("fft.kernel_rows", (2, t.Rq, Fw, KCs), dt, xp=xp)
     matmul(cos, kernel, out=rows[0])
     xp.negative(matmul(sin, kernel, out=rows[1]), out=rows[1])
     planar = workspace.get("fft.kernel_planar", (2 * t.Th, Fw * KCs), dt, xp=xp)
-    matmul(xp.asarray(real_dft_along_rows(t.Th, t.Rq, dt)), rows.reshape(2 * t.Rq, Fw * KCs), out=planar)
+    matmul(on_device(real_dft_along_rows(t.Th, t.Rq, dt), xp), rows.reshape(2 * t.Rq, Fw * KCs), out=planar)
     spectrum = workspace.get("fft.kernel", (t.freqs, KCs), np.result_type(dt, np.complex64), xp=xp)
     spectrum.real = planar[:t.Th].reshape(t.freqs, KCs)
     spectrum.imag = planar[t.Th:].reshape(t.freqs, KCs)
