@@ -25,12 +25,16 @@ from .gpu_base import GPUAlgorithm
 from .gpu_ops import OpCounts, count_ops
 from .im2col.gpu import GPUIm2col
 from .implicit_gemm.gpu import GPUImplicitGemm
+from .implicit_gemm.tiled import GPUTiledImplicitGemm
 from .registry import Registry
 from .winograd.gpu import GPUWinograd
 
-#: name -> GPU algorithm, in the CPU registry's order.
+#: the tiled implicit GEMM's tile shapes, each its own entry (``implicit_gemm_<shape>``, GPU only).
+IMPLICIT_GEMM_TILES = ("128x64", "64x64", "32x32")
+#: name -> GPU algorithm, in the CPU registry's order (the tiled implicit GEMMs beside ``implicit_gemm``).
 ALGORITHMS = Registry("cuda", [
-    GPUDirect(), GPUImplicitGemm(), GPUIm2col(), GPUFFT(), GPUFFTTiled(),
+    GPUDirect(), GPUImplicitGemm(), *(GPUTiledImplicitGemm(shape) for shape in IMPLICIT_GEMM_TILES),
+    GPUIm2col(), GPUFFT(), GPUFFTTiled(),
     GPUWinograd(2), GPUWinograd(4), GPUWinograd(6),
 ])
 
