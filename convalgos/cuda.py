@@ -26,8 +26,10 @@ from .gpu_ops import OpCounts, count_ops
 from .im2col.gpu import GPUIm2col
 from .implicit_gemm.gpu import GPUImplicitGemm
 from .implicit_gemm.tiled import GPUTiledImplicitGemm
+from .implicit_gemm.tiled import gemm_shape as implicit_gemm_shape
 from .registry import Registry
 from .winograd.gpu import GPUWinograd
+from .winograd.gpu_fused import GPUFusedWinograd
 
 #: the tiled implicit GEMM's tile shapes, each its own entry (``implicit_gemm_<shape>``, GPU only).
 IMPLICIT_GEMM_TILES = ("128x64", "64x64", "32x32")
@@ -35,7 +37,7 @@ IMPLICIT_GEMM_TILES = ("128x64", "64x64", "32x32")
 ALGORITHMS = Registry("cuda", [
     GPUDirect(), GPUImplicitGemm(), *(GPUTiledImplicitGemm(shape) for shape in IMPLICIT_GEMM_TILES),
     GPUIm2col(), GPUFFT(), GPUFFTTiled(),
-    GPUWinograd(2), GPUWinograd(4), GPUWinograd(6),
+    GPUWinograd(2), GPUWinograd(4), GPUWinograd(6), GPUFusedWinograd(4),
 ])
 
 
@@ -44,4 +46,5 @@ def release_workspaces() -> None:
     ALGORITHMS.release_workspaces()
 
 
-__all__ = ["ALGORITHMS", "GPUAlgorithm", "OpCounts", "count_ops", "release_workspaces"]
+__all__ = ["ALGORITHMS", "GPUAlgorithm", "IMPLICIT_GEMM_TILES", "OpCounts", "count_ops", "implicit_gemm_shape",
+           "release_workspaces"]
