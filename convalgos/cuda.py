@@ -1,5 +1,7 @@
 """The GPU registry: each family's GPU twin, listed explicitly, under the name of the CPU algorithm whose idea it
-computes, in the CPU registry's order. They run on CuPy arrays with Numba-CUDA kernels (cuBLAS and cuFFT
+computes, in the CPU registry's order; beside ``implicit_gemm``, the tile shapes of its CUTLASS-style kernel
+(``implicit_gemm_128x64``, ``_64x64``, ``_32x32``: GPU-only entries of that family, raced per layer and pass as
+cuDNN's implicit-GEMM variants are). They run on CuPy arrays with Numba-CUDA kernels (cuBLAS and cuFFT
 through CuPy):
 
     >>> import cupy, convalgos

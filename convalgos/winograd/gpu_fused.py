@@ -37,6 +37,7 @@ import numpy as np
 
 from ..arrays import simulator_enabled
 from ..gpu_base import GPUAlgorithm, grid_fits, launch
+from ..gpu_compiler import cuda
 from ..params import ConvParams
 from ..registry import check_pass
 from .cooktoom import cook_toom
@@ -119,5 +120,7 @@ class GPUFusedWinograd(GPUAlgorithm):
         block = self.block(p)
         tile_blocks, blocks_y, k_blocks = self._grid(p, op, block)
         tiles_h, tiles_w = tile_grid(p, op, self.m)
+        if isinstance(U, np.ndarray):        # the simulator: Numba copies NumPy arguments back after a launch,
+            U = cuda.In(U)                   # which a read-only prepared form refuses; U is only read
         launch(fused_kernel(p.compute_dtype, self.m, *block), (tile_blocks, blocks_y), block[0] * block[1])(
             src, U, AT, BT, top, left, tiles_h, tiles_w, out, k_blocks)

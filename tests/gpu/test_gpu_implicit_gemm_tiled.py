@@ -114,3 +114,26 @@ def test_a_tiling_that_cannot_share_its_loads_is_refused():
         Tiling(16, 64, 8, 4, 8).check()
     with pytest.raises(ValueError, match="shape must be one of"):
         tiled.GPUTiledImplicitGemm("16x16")
+
+
+def seeded_rank(p: ConvParams, op: str = "forward"):
+    """The shipped GPU seed's ranking of the implicit GEMMs (benchmark off), its rule and its slowdowns."""
+    from autotune.heuristics import Heuristics
+    heuristics = Heuristics.from_file()
+    names = ["implicit_gemm"] + NAMES
+    flops = {n: gpu.ALGORITHMS[n].flops(p, op) for n in names}
+    workspace = {n: gpu.ALGORITHMS[n].workspace_bytes(p, op) for n in names}
+    ranked, rule = heuristics.rank(p, names, op=op, device="cuda", flops=flops, workspace=workspace)
+    return ranked, rule, heuristics.slowdowns(rule, ranked, op=op, device="cuda")
+
+
+def test_the_gpu_seed_picks_the_tile_shape_from_the_layer_and_says_so():
+    """A small plane at batch 1 leaves 128x64's grid mostly idle: 32x32 first; a deep strided 1x1 layer at
+    batch 32 fills the GPU with 128x64 tiles. The textbook kernel (one result per thread) is expected 8x slower
+    than the best shape there, so benchmark mode prunes it (prune_ratio 6)."""
+    ranked, rule, slowdowns = seeded_rank(ConvParams.from_shapes((1, 64, 56, 56), (64, 64, 3, 3), padding=1))
+    assert ranked[0] == "implicit_gemm_32x32" and "implicit GEMM shape implicit_gemm_32x32" in rule
+    assert slowdowns["implicit_gemm_32x32"] == 1.0 and max(slowdowns.values()) < 6
+    ranked, rule, slowdowns = seeded_rank(ConvParams.from_shapes((32, 128, 28, 28), (256, 128, 1, 1), stride=2))
+    assert ranked[0] == "implicit_gemm_128x64" and "implicit GEMM shape implicit_gemm_128x64" in rule
+    assert slowdowns["implicit_gemm"] == pytest.approx(8.0) and slowdowns["implicit_gemm_64x64"] < 6
