@@ -22,6 +22,9 @@ per digit: no division or modulo inside the loop (backward_data's stride test di
 1). Right-operand loads are coalesced along the pixels (forward, backward_data: consecutive threads take
 consecutive pixels; backward_filter: consecutive reduction pixels).
 
+The device functions are inlined into the kernels (``forceinline``: NVVM's alwaysinline), so that ``acc``
+stays in registers rather than being passed by address to a called function (local memory).
+
 Loads outside the image or the matrix read ``zero`` of the compute dtype (``a if inside else 0`` would be typed
 float64). The shared tiles are padded by one column so that the stores of consecutive reduction indices fall
 in different banks.
@@ -30,10 +33,13 @@ from __future__ import annotations
 
 import functools
 
+from ..arrays import simulator_enabled
 from ..gpu_compiler import cuda, numba_dtype
 from .tiling import Tiling
 
 OPS = ("forward", "backward_data", "backward_filter")
+#: the device functions inlined by NVVM (the simulator's jit has no such option, nor registers)
+INLINE = {} if simulator_enabled() else {"forceinline": True}
 
 
 @functools.lru_cache(maxsize=None)
@@ -48,9 +54,10 @@ def tiled_kernel(op: str, dtype: str, tiling: Tiling):
     LOADS_LEFT, LOADS_RIGHT = BLOCK_M * K_CHUNK // THREADS, K_CHUNK * BLOCK_N // THREADS
     LEFT_STEP = THREADS // K_CHUNK                      # rows apart of a thread's left loads (and its columns in
     RIGHT_STEP = THREADS // BLOCK_N                     # backward_filter); reduction rows apart of its right loads
+    LEFT_WIDTH, RIGHT_WIDTH = BLOCK_M + 1, BLOCK_N + 1  # the shared tiles' rows, padded (constants: shapes)
     nb_dtype, index = numba_dtype(dtype), numba_dtype("int64")
 
-    @cuda.jit(device=True)
+    @cuda.jit(device=True, **INLINE)
     def multiply_chunk(left, right, buf, row_group, col_group, acc):
         """acc += the chunk's left rows of this thread x its right columns (shared memory -> registers)."""
         a = cuda.local.array(THREAD_M, nb_dtype)
@@ -64,7 +71,7 @@ def tiled_kernel(op: str, dtype: str, tiling: Tiling):
                 for v in range(THREAD_N):
                     acc[u, v] += a[u] * b[v]
 
-    @cuda.jit(device=True)
+    @cuda.jit(device=True, **INLINE)
     def clear(acc):
         for u in range(THREAD_M):
             for v in range(THREAD_N):
@@ -80,8 +87,8 @@ def tiled_kernel(op: str, dtype: str, tiling: Tiling):
         t = cuda.threadIdx.x
         g = cuda.blockIdx.y // row_tiles
         row0, col0 = (cuda.blockIdx.y - g * row_tiles) * BLOCK_M, cuda.blockIdx.x * BLOCK_N
-        left_tile = cuda.shared.array((2, K_CHUNK, BLOCK_M + 1), nb_dtype)
-        right_tile = cuda.shared.array((2, K_CHUNK, BLOCK_N + 1), nb_dtype)
+        left_tile = cuda.shared.array((2, K_CHUNK, LEFT_WIDTH), nb_dtype)
+        right_tile = cuda.shared.array((2, K_CHUNK, RIGHT_WIDTH), nb_dtype)
         left_next = cuda.local.array(LOADS_LEFT, nb_dtype)
         right_next = cuda.local.array(LOADS_RIGHT, nb_dtype)
         acc = cuda.local.array((THREAD_M, THREAD_N), nb_dtype)
@@ -147,8 +154,8 @@ def tiled_kernel(op: str, dtype: str, tiling: Tiling):
         t = cuda.threadIdx.x
         g = cuda.blockIdx.y // row_tiles
         row0, col0 = (cuda.blockIdx.y - g * row_tiles) * BLOCK_M, cuda.blockIdx.x * BLOCK_N
-        left_tile = cuda.shared.array((2, K_CHUNK, BLOCK_M + 1), nb_dtype)
-        right_tile = cuda.shared.array((2, K_CHUNK, BLOCK_N + 1), nb_dtype)
+        left_tile = cuda.shared.array((2, K_CHUNK, LEFT_WIDTH), nb_dtype)
+        right_tile = cuda.shared.array((2, K_CHUNK, RIGHT_WIDTH), nb_dtype)
         left_next = cuda.local.array(LOADS_LEFT, nb_dtype)
         right_next = cuda.local.array(LOADS_RIGHT, nb_dtype)
         acc = cuda.local.array((THREAD_M, THREAD_N), nb_dtype)
@@ -226,8 +233,8 @@ def tiled_kernel(op: str, dtype: str, tiling: Tiling):
         row0, col0 = (cuda.blockIdx.y - g * row_tiles) * BLOCK_M, cuda.blockIdx.x * BLOCK_N
         start = cuda.blockIdx.z * span                  # this block's range of the reduction (split-K)
         end = min(start + span, N * HoWo)
-        left_tile = cuda.shared.array((2, K_CHUNK, BLOCK_M + 1), nb_dtype)
-        right_tile = cuda.shared.array((2, K_CHUNK, BLOCK_N + 1), nb_dtype)
+        left_tile = cuda.shared.array((2, K_CHUNK, LEFT_WIDTH), nb_dtype)
+        right_tile = cuda.shared.array((2, K_CHUNK, RIGHT_WIDTH), nb_dtype)
         left_next = cuda.local.array(LOADS_LEFT, nb_dtype)
         right_next = cuda.local.array(LOADS_RIGHT, nb_dtype)
         acc = cuda.local.array((THREAD_M, THREAD_N), nb_dtype)

@@ -22,6 +22,9 @@ again (out channels / CHANNELS_OUT times in all), where the non-fused pass trans
 product reads U and V from shared memory (one multiply-add per two loads). It saves the device-memory round
 trips of V and M, so it should win on wide planes with few channels and lose on deep layers with small planes.
 
+Compiled for sm_90 (numba-cuda 0.30.4, NVVM 13.5; not yet run on a GPU): 232 registers per thread, no local
+memory, 36 KB of shared memory per block: one block of 256 threads per multiprocessor.
+
 FLOPs (``flops``): alpha^2 products per tile and (k, c) pair over the tiles rounded up to whole blocks, the
 input transforms as computed (dense, once per block of output channels), the output transforms, and the filter
 transform (dense, ``gpu.dense_sandwich_flops``). Workspace: U and the filter transform's G w and G w G^T
