@@ -1,7 +1,7 @@
 """The GPU registry: each family's GPU twin, listed explicitly, under the name of the CPU algorithm whose idea it
 computes, in the CPU registry's order; beside ``implicit_gemm``, the tile shapes of its CUTLASS-style kernel
 (``implicit_gemm_128x64``, ``_64x64``, ``_32x32``: GPU-only entries of that family, raced per layer and pass as
-cuDNN's implicit-GEMM variants are). They run on CuPy arrays with Numba-CUDA kernels (cuBLAS and cuFFT
+cuDNN's implicit-GEMM variants are) and, after ``winograd_fused_4x4``, ``winograd_fused_6x6``. They run on CuPy arrays with Numba-CUDA kernels (cuBLAS and cuFFT
 through CuPy):
 
     >>> import cupy, convalgos
@@ -39,7 +39,7 @@ IMPLICIT_GEMM_TILES = ("128x64", "64x64", "32x32")
 ALGORITHMS = Registry("cuda", [
     GPUDirect(), GPUImplicitGemm(), *(GPUTiledImplicitGemm(shape) for shape in IMPLICIT_GEMM_TILES),
     GPUIm2col(), GPUFFT(), GPUFFTTiled(),
-    GPUWinograd(2), GPUWinograd(4), GPUWinograd(6), GPUFusedWinograd(4),
+    GPUWinograd(2), GPUWinograd(4), GPUWinograd(6), GPUFusedWinograd(4), GPUFusedWinograd(6),
 ])
 
 

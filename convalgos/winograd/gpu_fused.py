@@ -1,6 +1,7 @@
-"""GPU fused Winograd F(4 x 4, 3 x 3), "winograd_fused_4x4": the GPU twin of the CPU's fused pass (``fused.py``),
-forward and backward-data, with the transformed tiles kept on the multiprocessor (cuDNN's WINOGRAD, against
-``winograd_4x4``'s WINOGRAD_NONFUSED, ``gpu.py``).
+"""GPU fused Winograd F(m x m, 3 x 3), forward and backward-data, with the transformed tiles kept on the
+multiprocessor (cuDNN's WINOGRAD, against ``winograd_mxm``'s WINOGRAD_NONFUSED, ``gpu.py``):
+"winograd_fused_4x4", the GPU twin of the CPU's fused pass (``fused.py``), and "winograd_fused_6x6", GPU only
+(the CPU's fused kernel is written for alpha = 6), with ``winograd_6x6``'s matrices and tolerances.
 
 The non-fused GPU pass writes every tile's transform V (alpha^2 x C x P) to device memory, cuBLAS reads it and
 writes M (alpha^2 x K x P), and the output transform reads M back: on a large plane with few channels those are
@@ -22,8 +23,9 @@ again (out channels / CHANNELS_OUT times in all), where the non-fused pass trans
 product reads U and V from shared memory (one multiply-add per two loads). It saves the device-memory round
 trips of V and M, so it should win on wide planes with few channels and lose on deep layers with small planes.
 
-Compiled for sm_90 (numba-cuda 0.30.4, NVVM 13.5; not yet run on a GPU): 232 registers per thread, no local
-memory, 36 KB of shared memory per block: one block of 256 threads per multiprocessor.
+Compiled for sm_90 (numba-cuda 0.30.4, NVVM 13.5, ptxas -v; not yet run on a GPU), float32: 230 registers per
+thread for F(4x4), 252 for F(6x6), no local memory, 36 and 32 KB of shared memory per block: one block of 256
+threads per multiprocessor. float64 spills 104 and 456 bytes per thread (not a speed target).
 
 FLOPs (``flops``): alpha^2 products per tile and (k, c) pair over the tiles rounded up to whole blocks, the
 input transforms as computed (dense, once per block of output channels), the output transforms, and the filter
@@ -48,9 +50,10 @@ from .gpu import dense_sandwich_flops, filter_transform
 from .gpu_fused_kernels import fused_kernel
 from .shared import TOLERANCES, DeviceConstants, f3x3_constraints, pass_matrices, tile_grid
 
-#: (TILES, CHANNELS_OUT, CHANNELS_IN) per block, by compute dtype: 256 threads, shared V and U within 48 KiB;
-#: and the simulator's (8 simulated threads).
-BLOCK = {"float32": (16, 16, 8), "float64": (16, 16, 4)}
+#: (TILES, CHANNELS_OUT, CHANNELS_IN) per block, by m and compute dtype: 256 threads, shared V and U
+#: (alpha^2 x CHANNELS_IN x (TILES + CHANNELS_OUT) elements) within 48 KiB; and the simulator's (8 simulated
+#: threads).
+BLOCK = {4: {"float32": (16, 16, 8), "float64": (16, 16, 4)}, 6: {"float32": (16, 16, 4), "float64": (16, 16, 2)}}
 SIM_BLOCK = (4, 2, 2)
 
 
@@ -61,8 +64,8 @@ class GPUFusedWinograd(GPUAlgorithm):
 
     def __init__(self, m: int = 4):
         super().__init__()
-        if m != 4:
-            raise ValueError(f"winograd_fused is the twin of the CPU's F(4x4, 3x3) (alpha = 6), got m={m}")
+        if m not in BLOCK:
+            raise ValueError(f"winograd_fused is written for F(4x4, 3x3) and F(6x6, 3x3), got m={m}")
         self.m, self.alpha = m, m + 2
         self.name = f"winograd_fused_{m}x{m}"
         self.tolerances, self.tolerance = TOLERANCES[m], TOLERANCES[m]["forward"]
@@ -71,7 +74,7 @@ class GPUFusedWinograd(GPUAlgorithm):
 
     def block(self, p: ConvParams) -> tuple[int, int, int]:
         """(TILES, CHANNELS_OUT, CHANNELS_IN) of this process's blocks."""
-        return SIM_BLOCK if simulator_enabled() else BLOCK[p.compute_dtype]
+        return SIM_BLOCK if simulator_enabled() else BLOCK[self.m][p.compute_dtype]
 
     def _grid(self, p: ConvParams, op: str, block) -> tuple[int, int, int]:
         """(tile blocks, groups x output-channel blocks, output-channel blocks per group)."""
@@ -84,7 +87,7 @@ class GPUFusedWinograd(GPUAlgorithm):
         support = f3x3_constraints(self.name, p)
         if not support:
             return support
-        return grid_fits(self.name, *self._grid(p, op, BLOCK[p.compute_dtype])[:2])
+        return grid_fits(self.name, *self._grid(p, op, BLOCK[self.m][p.compute_dtype])[:2])
 
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         check_pass(op)

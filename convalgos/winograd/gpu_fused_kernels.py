@@ -42,7 +42,7 @@ def fused_kernel(dtype: str, m: int, TILES: int, CHANNELS_OUT: int, CHANNELS_IN:
         U_s = cuda.shared.array((A2, CHANNELS_IN, CHANNELS_OUT), nb_dtype)
         acc = cuda.local.array(A2, nb_dtype)
         d = cuda.local.array((alpha, alpha), nb_dtype)
-        row = cuda.local.array((alpha, alpha), nb_dtype)
+        row = cuda.local.array(alpha, nb_dtype)
         for xi in range(A2):
             acc[xi] = zero
         for c0 in range(0, in_g, CHANNELS_IN):
@@ -56,17 +56,16 @@ def fused_kernel(dtype: str, m: int, TILES: int, CHANNELS_OUT: int, CHANNELS_IN:
                         yy, xx = y0 + u, x0 + v
                         inside = n < N and c0 + c < in_g and 0 <= yy < H and 0 <= xx < W
                         d[u, v] = src[n, g * in_g + c0 + c, yy, xx] if inside else zero
-                for a in range(alpha):                              # row = B^T d
+                for a in range(alpha):                              # V = B^T d B, a row at a time
                     for v in range(alpha):
                         s = zero
                         for u in range(alpha):
                             s += BT[a, u] * d[u, v]
-                        row[a, v] = s
-                for a in range(alpha):                              # V = (B^T d) B
+                        row[v] = s
                     for b in range(alpha):
                         s = zero
                         for v in range(alpha):
-                            s += row[a, v] * BT[b, v]
+                            s += row[v] * BT[b, v]
                         V_s[a * alpha + b, c, tt] = s
             for e in range(tid, A2 * CHANNELS_IN * CHANNELS_OUT, THREADS):   # the chunk's slice of U
                 c, kk, xi = e % CHANNELS_IN, (e // CHANNELS_IN) % CHANNELS_OUT, e // (CHANNELS_IN * CHANNELS_OUT)
@@ -81,18 +80,17 @@ def fused_kernel(dtype: str, m: int, TILES: int, CHANNELS_OUT: int, CHANNELS_IN:
         n, tile = tl // per_image, tl % per_image
         i0, j0 = (tile // tiles_w) * m, (tile % tiles_w) * m
         if n < N and k0 + k < out_g:
-            for u in range(m):                                      # row = A^T M
-                for b in range(alpha):
+            for u in range(m):                                      # y = A^T M A, a row at a time,
+                for b in range(alpha):                              # inside the output only
                     s = zero
                     for a in range(alpha):
                         s += AT[u, a] * acc[a * alpha + b]
-                    row[u, b] = s
-            for u in range(m):                                      # y = (A^T M) A, inside the output only
+                    row[b] = s
                 for v in range(m):
                     if i0 + u < Ho and j0 + v < Wo:
                         s = zero
                         for b in range(alpha):
-                            s += row[u, b] * AT[v, b]
+                            s += row[b] * AT[v, b]
                         out[n, g * out_g + k0 + k, i0 + u, j0 + v] = s
 
     return kernel

@@ -86,10 +86,10 @@ def test_float16_and_float64(name, dtype):
 
 
 def test_every_gpu_algorithm_has_the_name_of_a_cpu_one_in_its_order():
-    """... but the tiled implicit GEMM's tile shapes, GPU-only entries of the implicit_gemm family."""
+    """... but the tiled implicit GEMM's tile shapes and the fused F(6x6), GPU-only entries of their families."""
     assert [name for name in convalgos.ALGORITHMS if name in gpu.ALGORITHMS] == NAMES
     assert [name for name in gpu.ALGORITHMS if name not in NAMES] == [
-        f"implicit_gemm_{shape}" for shape in gpu.IMPLICIT_GEMM_TILES]
+        f"implicit_gemm_{shape}" for shape in gpu.IMPLICIT_GEMM_TILES] + ["winograd_fused_6x6"]
 
 
 def test_out_and_non_contiguous_input():

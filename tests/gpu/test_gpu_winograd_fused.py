@@ -1,4 +1,4 @@
-"""winograd_fused_4x4's GPU twin against the float64 reference: forward and backward-data, float32 and float16,
+"""winograd_fused_4x4's GPU twin (and winograd_fused_6x6, GPU only) against the float64 reference: forward and backward-data, float32 and float16,
 into NaN-poisoned results, on layers no tile or block divides (odd channels, 7x7 and 13x11 images, one image),
 groups, depthwise and asymmetric padding; its prepared weights; its refusals. Under the simulator the blocks are
 SIM_BLOCK (8 simulated threads); one test runs the GPU's block."""
@@ -14,6 +14,7 @@ from convalgos.winograd import gpu_fused
 from gpu_arrays import device, host
 
 NAME = "winograd_fused_4x4"
+NAMES = [NAME, "winograd_fused_6x6"]
 OPS = ["forward", "backward_data"]
 LAYERS = {
     "odd-7x7": ((1, 3, 7, 7), (5, 3, 3, 3), dict(padding=1)),
@@ -29,8 +30,8 @@ def arrays(p: ConvParams, op: str, seed: int = 0):
     return a, rng.standard_normal(p.weight_shape).astype(p.dtype)
 
 
-def check(op: str, p: ConvParams, seed: int = 0, prepared=None) -> np.ndarray:
-    algorithm = gpu.ALGORITHMS[NAME]
+def check(op: str, p: ConvParams, seed: int = 0, prepared=None, name: str = NAME) -> np.ndarray:
+    algorithm = gpu.ALGORITHMS[name]
     assert algorithm.supports(p, op), algorithm.supports(p, op).reason
     a, w = arrays(p, op, seed)
     out = device(np.full(p.result_shape(op), np.nan, dtype=p.dtype))
@@ -48,16 +49,19 @@ def check(op: str, p: ConvParams, seed: int = 0, prepared=None) -> np.ndarray:
 @pytest.mark.parametrize("dtype", ["float32", "float16"])
 @pytest.mark.parametrize("layer", list(LAYERS))
 @pytest.mark.parametrize("op", OPS)
-def test_agrees_with_the_reference(op, layer, dtype):
+@pytest.mark.parametrize("name", NAMES)
+def test_agrees_with_the_reference(name, op, layer, dtype):
     x_shape, w_shape, kwargs = LAYERS[layer]
-    check(op, ConvParams.from_shapes(x_shape, w_shape, dtype=dtype, **kwargs))
+    check(op, ConvParams.from_shapes(x_shape, w_shape, dtype=dtype, **kwargs), name=name)
 
 
 @pytest.mark.skipif(not simulator_enabled(), reason="the GPU runs its own block in every test")
-def test_the_gpu_block(monkeypatch):
+@pytest.mark.parametrize("name", NAMES)
+def test_the_gpu_block(name, monkeypatch):
     """One block of 16 tiles x 16 output channels (256 simulated threads), forward."""
-    monkeypatch.setattr(gpu.ALGORITHMS[NAME], "block", lambda p: gpu_fused.BLOCK[p.compute_dtype])
-    check("forward", ConvParams.from_shapes((1, 3, 7, 7), (5, 3, 3, 3), padding=1))
+    algorithm = gpu.ALGORITHMS[name]
+    monkeypatch.setattr(algorithm, "block", lambda p: gpu_fused.BLOCK[algorithm.m][p.compute_dtype])
+    check("forward", ConvParams.from_shapes((1, 3, 7, 7), (5, 3, 3, 3), padding=1), name=name)
 
 
 @pytest.mark.parametrize("op", OPS)
@@ -79,13 +83,14 @@ def test_no_backward_filter_and_the_cpu_constraints():
     strided = ConvParams.from_shapes((1, 2, 8, 8), (2, 2, 3, 3), stride=2)
     assert algorithm.supports(strided).reason == convalgos.ALGORITHMS[NAME].supports(strided).reason
     assert algorithm.tolerances is convalgos.ALGORITHMS[NAME].tolerances
-    with pytest.raises(ValueError, match="got m=6"):
-        gpu_fused.GPUFusedWinograd(6)
+    assert gpu.ALGORITHMS["winograd_fused_6x6"].tolerances is convalgos.ALGORITHMS["winograd_6x6"].tolerances
+    with pytest.raises(ValueError, match="got m=2"):
+        gpu_fused.GPUFusedWinograd(2)
 
 
 def test_flops_count_the_input_transform_once_per_block_of_output_channels(monkeypatch):
     algorithm = gpu.ALGORITHMS[NAME]
-    monkeypatch.setattr(algorithm, "block", lambda p: gpu_fused.BLOCK[p.compute_dtype])
+    monkeypatch.setattr(algorithm, "block", lambda p: gpu_fused.BLOCK[4][p.compute_dtype])
     p = ConvParams.from_shapes((1, 8, 8, 8), (32, 8, 3, 3), padding=1)
     assert algorithm._grid(p, "forward", algorithm.block(p)) == (1, 2, 2)   # 4 tiles of 16; 32 channels of 16
     TILES = 16                                                              # 4 tiles rounded up to a block
