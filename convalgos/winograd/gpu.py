@@ -99,15 +99,11 @@ class GPUWinograd(GPUAlgorithm):
         dtype and pass (``shared.DeviceConstants``), never again per call."""
         return self.constants.get(like, op)
 
-    def filter_transform(self, w, G, p: ConvParams, swap: bool):
-        """U (alpha^2, groups, Kg, Cg) of G w[k, c] G^T, or (alpha^2, groups, Cg, Kg) when ``swap``."""
-        return filter_transform(w, G, p, swap)
-
     # ---- prepared weights (inference: the filter transform made once) --------------------------------------
     def prepare_weight(self, w, p: ConvParams, op: str):
         """U of the filters (forward) or of the flipped filters with K and C swapped (backward_data)."""
         G = self.device_matrices(w, op)[1]
-        return self.filter_transform(w, G, p, swap=op == "backward_data")
+        return filter_transform(w, G, p, swap=op == "backward_data")
 
     def prepare_bytes(self, p: ConvParams, op: str = "forward") -> int:
         return self.alpha ** 2 * p.K * p.Cg * p.itemsize if self.prepares(op) else 0
@@ -116,13 +112,13 @@ class GPUWinograd(GPUAlgorithm):
     def forward(self, x, w, p: ConvParams, out, prepared=None) -> None:
         AT, G, BT = self.device_matrices(x, "forward")
         (top, _), (left, _) = p.padding
-        U = self.filter_transform(w, G, p, swap=False) if prepared is None else prepared
+        U = filter_transform(w, G, p, swap=False) if prepared is None else prepared
         self.correlate(x, top, left, U, AT, BT, p, "forward", out)
 
     def backward_data(self, dy, w, p: ConvParams, out, prepared=None) -> None:
         AT, GJ, BT = self.device_matrices(dy, "backward_data")            # G J: the flipped filter
         (top, _), (left, _) = p.padding
-        U = self.filter_transform(w, GJ, p, swap=True) if prepared is None else prepared   # K and C swapped
+        U = filter_transform(w, GJ, p, swap=True) if prepared is None else prepared   # K and C swapped
         self.correlate(dy, 2 - top, 2 - left, U, AT, BT, p, "backward_data", out)
 
     def backward_filter(self, x, dy, p: ConvParams, out) -> None:

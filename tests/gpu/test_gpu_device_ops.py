@@ -8,7 +8,7 @@ import convalgos
 from convalgos import ConvParams
 from convalgos import cuda as gpu
 
-from gpu_arrays import device
+from gpu_arrays import device, host
 
 
 def run_counted(name: str, op: str, p: ConvParams):
@@ -44,3 +44,22 @@ def test_winograd_copies_its_matrices_to_the_device_once():
     assert first["cupy.copy"] == again["cupy.copy"] + 3                     # A^T, G, B^T: once
     assert again == {"cublas.gemm": 3, "cupy.copy": 1, "winograd.tile_transform_kernel": 1,
                      "winograd.output_transform_kernel": 1}
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+def test_winograd_prepared_weight_skips_the_filter_transform(op):
+    """Inference: U made once by ``prepare``; a pass on it is the tile transforms and one batched GEMM, with
+    the bits of the plain pass."""
+    p = ConvParams.from_shapes((1, 2, 5, 5), (3, 2, 3, 3), padding=1)
+    algorithm = gpu.ALGORITHMS["winograd_2x2"]
+    rng = np.random.default_rng(1)
+    a = rng.standard_normal(p.out_shape if op == "backward_data" else p.in_shape).astype(np.float32)
+    w = rng.standard_normal(p.weight_shape).astype(np.float32)
+    prepared = algorithm.prepare(device(w), p, op)
+    assert prepared.nbytes == algorithm.prepare_bytes(p, op) == 16 * 3 * 2 * 4
+    plain = convalgos.run(algorithm, op, device(a), device(w), p)
+    with gpu.count_ops() as ops:
+        fast = convalgos.run(algorithm, op, device(a), None, p, prepared=prepared)
+    assert dict(ops.by_name) == {"cublas.gemm": 1, "winograd.tile_transform_kernel": 1,
+                                 "winograd.output_transform_kernel": 1}
+    assert np.array_equal(host(fast), host(plain))
