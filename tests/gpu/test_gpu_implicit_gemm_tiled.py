@@ -19,9 +19,9 @@ NAMES = [f"implicit_gemm_{shape}" for shape in CONFIGURATIONS]
 # (x shape, w shape, keywords): sizes no tile divides.
 LAYERS = {
     "odd-7x7": ((1, 3, 7, 7), (5, 3, 3, 3), dict(padding=1)),
-    "13x11-groups-stride": ((1, 4, 13, 11), (6, 2, 3, 3), dict(stride=2, padding=1, groups=2)),
-    "depthwise": ((1, 3, 7, 7), (3, 1, 3, 3), dict(padding=1, groups=3)),
-    "13x11-dilation": ((1, 3, 13, 11), (2, 3, 3, 2), dict(stride=(2, 1), dilation=(1, 2), padding=((1, 0), (0, 1)))),
+    "13x11-groups-stride-dilation": ((1, 4, 13, 11), (6, 2, 3, 2), dict(stride=(2, 1), dilation=(1, 2),
+                                                                        padding=((1, 0), (0, 1)), groups=2)),
+    "depthwise-stride": ((1, 3, 7, 7), (3, 1, 3, 3), dict(stride=2, padding=1, groups=3)),
     "1x1-two-images": ((2, 5, 7, 7), (3, 5, 1, 1), {}),
 }
 
