@@ -21,8 +21,16 @@ bandwidth, not a measurement), by an estimate from FLOPs and workspace instead,
 
     time = FLOPs / flops_per_second + 2 x workspace bytes / bytes_per_second    (the workspace written, then read)
 
-and the rule's name says that too. ``{"rules": [...]}`` (no "devices") is the same rules for every device and
-pass.
+and the rule's name says that too. The seed also picks the implicit GEMM's tile shape (``implicit_gemm_<M>x<N>``,
+one registry entry per shape) from the layer's GEMM: each shape's estimate is multiplied by
+
+    slowdown = padding x (multiprocessors / blocks, at least 1) x (4 / multiply-adds per shared-memory load)
+
+(its tiles' padding of the M x N result, the multiprocessors its grid leaves idle, and its register tile's reuse:
+8x8 does 4 multiply-adds per load, the textbook ``implicit_gemm`` 0.5), the shapes' slowdowns over the best one
+are named in the rule, and ``slowdowns`` returns them, so the tuner prunes a shape the seed expects to lose by
+``prune_ratio`` (6x) or more, as it prunes measured losers. ``{"rules": [...]}`` (no "devices") is the same
+rules for every device and pass.
 
 A pass run on a prepared weight (eval mode: the weight's transform is made once, not timed) has its own rules
 under ``"<pass> prepared"`` ("forward prepared"), measured that way: Winograd and FFT rank higher there.
@@ -39,6 +47,10 @@ from convalgos import ConvParams
 DEFAULT_PATH = os.path.join(os.path.dirname(__file__), "heuristics.json")
 #: joins a rule's name and the algorithms its measurements do not hold, in the rule name ``rank`` returns.
 UNMEASURED = "; not in its measurements, after them by fewest FLOPs: "
+#: the textbook implicit GEMM's tiling, as (BLOCK_M, BLOCK_N, THREAD_M, THREAD_N): 16 x 16 threads, one result each
+TEXTBOOK_TILING = (16, 16, 1, 1)
+#: multiply-adds per shared-memory load of an 8x8 register tile: the seed's best reuse (slowdown 1)
+BEST_REUSE = 4.0
 
 
 def features(p: ConvParams) -> dict:
@@ -70,6 +82,8 @@ class Heuristics:
         self.data = data
         self.devices = data.get("devices")
         self.everywhere = list(data.get("rules", []))
+        #: rule name -> the seed's tile-shape slowdowns it named (``rank``), for ``slowdowns``
+        self._seeded_slowdowns: dict[str, dict[str, float]] = {}
 
     @classmethod
     def from_file(cls, path: str = DEFAULT_PATH) -> "Heuristics":
@@ -117,17 +131,55 @@ class Heuristics:
         seed = self.seed(device)
         if seed is not None and workspace is not None:
             fps, bps = seed["flops_per_second"], seed["bytes_per_second"]
-            cost = {n: flops[n] / fps + 2 * workspace.get(n, 0) / bps for n in names}
-            return sorted(names, key=lambda n: (cost[n], names.index(n))), (
-                f"seeded by FLOPs and workspace, not measured: least FLOPs / {fps:.3g} per s + 2 x workspace "
-                f"bytes / {bps:.3g} per s first ({why})")
+            tiles = tile_slowdowns(p, op, names, seed.get("multiprocessors", 1))
+            cost = {n: flops[n] / fps * tiles.get(n, 1.0) + 2 * workspace.get(n, 0) / bps for n in names}
+            rule = (f"seeded by FLOPs and workspace, not measured: least FLOPs / {fps:.3g} per s + 2 x workspace "
+                    f"bytes / {bps:.3g} per s first ({why})")
+            if tiles:
+                best = min(tiles.values())
+                relative = {n: tiles[n] / best for n in tiles}
+                chosen = min(tiles, key=lambda n: (tiles[n], names.index(n)))
+                rule += (f"; implicit GEMM shape {chosen} for this layer's GEMM, the others expected "
+                         + ", ".join(f"{n} {relative[n]:.1f}x" for n in tiles if n != chosen) + " its time")
+                self._seeded_slowdowns[rule] = relative
+            return sorted(names, key=lambda n: (cost[n], names.index(n))), rule
         return sorted(names, key=lambda n: (flops[n], names.index(n))), f"fewest FLOPs first ({why})"
 
     def slowdowns(self, rule_name: str, names, op: str = "forward", device: str = "cpu",
                   prepared: bool = False) -> dict:
         """name -> its measured score in that rule over the best score among ``names`` (where measured)."""
+        if rule_name in self._seeded_slowdowns:
+            seeded = {n: s for n, s in self._seeded_slowdowns[rule_name].items() if n in names}
+            best = min(seeded.values(), default=1.0)
+            return {n: s / best for n, s in seeded.items()}
         rule_name = rule_name.split(UNMEASURED)[0]
         rule = next((r for r in self.rules(op, device, prepared) if r["name"] == rule_name), {})
         score = {n: rule.get("score", {})[n] for n in names if n in rule.get("score", {})}
         best = min(score.values(), default=1.0)
         return {n: s / best for n, s in score.items()}
+
+
+def tile_slowdowns(p: ConvParams, op: str, names, multiprocessors: int) -> dict:
+    """name -> the seed's slowdown of each implicit GEMM tile shape among ``names`` on pass ``op`` of ``p``
+    (module docstring); empty when ``names`` holds none. Asks the GPU registry for each shape's tiling and grid."""
+    if not any(n.startswith("implicit_gemm") for n in names):
+        return {}
+    from convalgos import cuda
+    out = {}
+    for name in names:
+        algorithm, (M, N, _) = cuda.ALGORITHMS.get(name), cuda.implicit_gemm_shape(p, op)
+        if name == "implicit_gemm":
+            block_m, block_n, thread_m, thread_n = TEXTBOOK_TILING
+            blocks = p.groups * -(-M // block_m) * -(-N // block_n)
+        elif name.startswith("implicit_gemm_") and hasattr(algorithm, "gpu_tiling"):
+            tiling = algorithm.gpu_tiling
+            block_m, block_n, thread_m, thread_n = tiling.BLOCK_M, tiling.BLOCK_N, tiling.THREAD_M, tiling.THREAD_N
+            blocks_x, blocks_y, splits = algorithm.grid(p, op, tiling)
+            blocks = blocks_x * blocks_y * splits
+        else:
+            continue
+        padding = (-(-M // block_m) * block_m * -(-N // block_n) * block_n) / max(1, M * N)
+        idle = max(1.0, multiprocessors / blocks)
+        reuse = thread_m * thread_n / (thread_m + thread_n)
+        out[name] = padding * idle * BEST_REUSE / reuse
+    return out

@@ -1,5 +1,7 @@
 """The GPU registry: each family's GPU twin, listed explicitly, under the name of the CPU algorithm whose idea it
-computes, in the CPU registry's order. They run on CuPy arrays with Numba-CUDA kernels (cuBLAS and cuFFT
+computes, in the CPU registry's order; beside ``implicit_gemm``, the tile shapes of its CUTLASS-style kernel
+(``implicit_gemm_128x64``, ``_64x64``, ``_32x32``: GPU-only entries of that family, raced per layer and pass as
+cuDNN's implicit-GEMM variants are) and, after ``winograd_fused_4x4``, ``winograd_fused_6x6``. They run on CuPy arrays with Numba-CUDA kernels (cuBLAS and cuFFT
 through CuPy):
 
     >>> import cupy, convalgos
@@ -27,14 +29,20 @@ from .gpu_base import GPUAlgorithm, hold_stream
 from .gpu_ops import OpCounts, count_ops, record
 from .im2col.gpu import GPUIm2col
 from .implicit_gemm.gpu import GPUImplicitGemm
+from .implicit_gemm.tiled import GPUTiledImplicitGemm
+from .implicit_gemm.tiled import gemm_shape as implicit_gemm_shape
 from .memory import holding
 from .registry import Registry
 from .winograd.gpu import GPUWinograd
+from .winograd.gpu_fused import GPUFusedWinograd
 
-#: name -> GPU algorithm, in the CPU registry's order.
+#: the tiled implicit GEMM's tile shapes, each its own entry (``implicit_gemm_<shape>``, GPU only).
+IMPLICIT_GEMM_TILES = ("128x64", "64x64", "32x32")
+#: name -> GPU algorithm, in the CPU registry's order (the tiled implicit GEMMs beside ``implicit_gemm``).
 ALGORITHMS = Registry("cuda", [
-    GPUDirect(), GPUImplicitGemm(), GPUIm2col(), GPUFFT(), GPUFFTTiled(),
-    GPUWinograd(2), GPUWinograd(4), GPUWinograd(6),
+    GPUDirect(), GPUImplicitGemm(), *(GPUTiledImplicitGemm(shape) for shape in IMPLICIT_GEMM_TILES),
+    GPUIm2col(), GPUFFT(), GPUFFTTiled(),
+    GPUWinograd(2), GPUWinograd(4), GPUWinograd(6), GPUFusedWinograd(4), GPUFusedWinograd(6),
 ])
 
 
@@ -43,5 +51,5 @@ def release_workspaces() -> None:
     ALGORITHMS.release_workspaces()
 
 
-__all__ = ["ALGORITHMS", "GPUAlgorithm", "OpCounts", "count_ops", "hold_stream", "holding", "record",
-           "release_workspaces"]
+__all__ = ["ALGORITHMS", "GPUAlgorithm", "IMPLICIT_GEMM_TILES", "OpCounts", "count_ops", "hold_stream", "holding",
+           "implicit_gemm_shape", "record", "release_workspaces"]

@@ -1,7 +1,7 @@
-"""The Numba-CUDA kernels of the GPU im2col (the maths: ``gpu.py``): the patch matrix in two layouts and its
-adjoint, col2im. All are grid-stride loops (``gpu_base.launch_1d``), made once per compute dtype. A load
-outside the image reads ``zero``, a zero of the compute dtype: ``a if inside else 0`` would be typed float64
-by Numba, and a float32 kernel would round-trip every load through float64.
+"""The Numba-CUDA kernels of the GPU im2col (the maths: ``gpu.py``): the patch matrix and its adjoint, col2im.
+Both are grid-stride loops (``gpu_base.launch_1d``), made once per compute dtype. A load outside the image
+reads ``zero``, a zero of the compute dtype: ``a if inside else 0`` would be typed float64 by Numba, and a
+float32 kernel would round-trip every load through float64.
 
 Tap (c, r, s) of output pixel (i, j) of image n reads x[n, c, i*sh + r*dh - top, j*sw + s*dw - left] (zero
 outside x); row (c*R + r)*S + s of a patch matrix is that tap, c counted over all C channels, so group g's rows
@@ -16,53 +16,29 @@ from ..gpu_compiler import cuda, numba_dtype
 
 @functools.lru_cache(maxsize=None)
 def im2col_kernel(dtype: str):
-    """cols[n, (c*R + r)*S + s, i*Wo + j] = tap (c, r, s) of pixel (i, j) of image n: one work item per
-    (image, pixel), walking the taps, so consecutive threads write consecutive columns (forward, and
-    backward_data's layout)."""
+    """Tap (c, r, s) of pixel (i, j) of image n into the flat ``cols`` at n*image_stride + ((c*R + r)*S + s)*
+    row_stride + i*Wo + j: one work item per (image, pixel), walking the taps, so consecutive threads write
+    consecutive columns. forward and backward_data lay the matrix out (image, tap, pixel): image_stride C*R*S*P,
+    row_stride P; backward_filter (tap, image, pixel): image_stride P, row_stride n*P, so that a group's rows of
+    the whole chunk are one contiguous matrix for its GEMM."""
     nb_dtype = numba_dtype(dtype)
 
     @cuda.jit
-    def kernel(x, cols, top, left, sh, sw, dh, dw, R, S, Wo):
+    def kernel(x, cols, image_stride, row_stride, top, left, sh, sw, dh, dw, R, S, Wo, P):
         n_img, C, H, W = x.shape[0], x.shape[1], x.shape[2], x.shape[3]
-        P = cols.shape[2]
         zero = nb_dtype(0)
         for item in range(cuda.grid(1), n_img * P, cuda.gridsize(1)):
             n, pix = item // P, item % P
             i, j = pix // Wo, pix % Wo
-            row = 0
+            at = n * image_stride + pix
             for c in range(C):
                 for r in range(R):
                     yy = i * sh + r * dh - top
                     for s in range(S):
                         xx = j * sw + s * dw - left
                         inside = 0 <= yy < H and 0 <= xx < W
-                        cols[n, row, pix] = x[n, c, yy, xx] if inside else zero
-                        row += 1
-
-    return kernel
-
-
-@functools.lru_cache(maxsize=None)
-def patches_t_kernel(dtype: str):
-    """The transposed patch matrix of each group, pixels as rows: cols_t[g, n*P + i*Wo + j, (c*R + r)*S + s] =
-    tap (g*Cg + c, r, s) of pixel (i, j) of image n (backward_filter's right operand, contiguous as cuBLAS
-    takes it). One work item per element, the tap fastest, so consecutive threads write consecutive
-    elements."""
-    nb_dtype = numba_dtype(dtype)
-
-    @cuda.jit
-    def kernel(x, cols_t, top, left, sh, sw, dh, dw, R, S, Wo):
-        n_img, C, H, W = x.shape[0], x.shape[1], x.shape[2], x.shape[3]
-        G, columns, taps = cols_t.shape[0], cols_t.shape[1], cols_t.shape[2]
-        P, Cg, RS = columns // n_img, C // G, R * S
-        zero = nb_dtype(0)
-        for item in range(cuda.grid(1), G * columns * taps, cuda.gridsize(1)):
-            q, column, g = item % taps, (item // taps) % columns, item // (taps * columns)
-            n, pix = column // P, column % P
-            c, r, s = q // RS, (q // S) % R, q % S
-            yy, xx = (pix // Wo) * sh + r * dh - top, (pix % Wo) * sw + s * dw - left
-            inside = 0 <= yy < H and 0 <= xx < W
-            cols_t[g, column, q] = x[n, g * Cg + c, yy, xx] if inside else zero
+                        cols[at] = x[n, c, yy, xx] if inside else zero
+                        at += row_stride
 
     return kernel
 

@@ -9,5 +9,7 @@
   pass cuts its work;
 - ``fused.py`` and ``fused_kernels.py``: ``winograd_fused_4x4``, one block of 32 tiles at a time in cache;
 - ``gpu.py``: the GPU twin of ``winograd_mxm``, all three passes (Numba-CUDA transforms around a cuBLAS batched
-  GEMM); ``gpu_kernels.py``: its transform kernels.
+  GEMM); ``gpu_kernels.py``: its transform kernels;
+- ``gpu_fused.py`` and ``gpu_fused_kernels.py``: the GPU twin of ``winograd_fused_4x4``, forward and
+  backward-data in one kernel (V in shared memory, M in registers).
 """

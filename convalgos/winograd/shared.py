@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .. import gpu_ops
 from ..params import ConvParams
 from ..registry import SUPPORTED, Support, unsupported
 from .cooktoom import WinogradMatrices
@@ -37,6 +38,26 @@ def pass_matrices(forward: WinogradMatrices, backward_filter: WinogradMatrices,
     AT, G, BT = forward.as_float(dtype)
     return {"forward": (AT, G, BT), "backward_data": (AT, np.ascontiguousarray(G[:, ::-1]), BT),
             "backward_filter": backward_filter.as_float(dtype)}
+
+
+class DeviceConstants:
+    """Each pass's transform matrices (``pass_matrices``) as device arrays, copied to a device once per device and
+    dtype, then reused by every call (the GPU twins'; under the simulator NumPy arrays stand in, device 0).
+    ``host`` holds the host matrices per NumPy dtype."""
+
+    def __init__(self, per_dtype):
+        self.host = {np.dtype(mats["forward"][0].dtype): mats for mats in per_dtype}
+        self._on_device: dict = {}
+
+    def get(self, like, op: str):
+        """(A^T, G, B^T) of pass ``op`` in like's dtype, on like's device."""
+        from ..arrays import array_module, is_cupy_array
+        key = (like.device.id if is_cupy_array(like) else 0, np.dtype(like.dtype), op)
+        if key not in self._on_device:
+            xp = array_module(like)
+            gpu_ops.record("cupy.copy", 3)
+            self._on_device[key] = tuple(xp.asarray(mat) for mat in self.host[np.dtype(like.dtype)][op])
+        return self._on_device[key]
 
 
 def tile_grid(p: ConvParams, op: str, m: int) -> tuple[int, int]:

@@ -27,7 +27,9 @@ LAYERS = [
     (1, 1, 1, 68, 2, 1, 3, 1, 0, (1, 33), 1),              # dilated 1x3 spanning 67 columns
     (1, 1, 1, 66, 1, 1, 64, 1, 0, 1, 1),                   # 1x64: fft_tiled's largest tile, one output each
 ]
-NAMES = list(gpu.ALGORITHMS)
+#: the GPU twins of CPU algorithms (the tiled implicit GEMMs' tile shapes have their own grid:
+#: test_gpu_implicit_gemm_tiled.py)
+NAMES = [name for name in gpu.ALGORITHMS if name in convalgos.ALGORITHMS]
 gpu_conv2d = functools.partial(convalgos.conv2d, backend="cuda")
 
 
@@ -84,7 +86,10 @@ def test_float16_and_float64(name, dtype):
 
 
 def test_every_gpu_algorithm_has_the_name_of_a_cpu_one_in_its_order():
+    """... but the tiled implicit GEMM's tile shapes and the fused F(6x6), GPU-only entries of their families."""
     assert [name for name in convalgos.ALGORITHMS if name in gpu.ALGORITHMS] == NAMES
+    assert [name for name in gpu.ALGORITHMS if name not in NAMES] == [
+        f"implicit_gemm_{shape}" for shape in gpu.IMPLICIT_GEMM_TILES] + ["winograd_fused_6x6"]
 
 
 def test_out_and_non_contiguous_input():
