@@ -11,7 +11,9 @@ idea's constraints: ``<family>/shared.py``) and answers ``supports``, ``workspac
 own kernels. ``implicit_gemm`` needs no workspace, so a zero workspace limit still leaves one algorithm. fp32 is
 fp32: nothing here turns TF32 on (CuPy uses it only when the user sets ``CUPY_TF32``). fp16 is computed in fp32
 and returned as fp16, as on the CPU. ``count_ops()`` counts the device operations the library issues
-(``gpu_ops.py``).
+(``gpu_ops.py``). ``launch`` and ``launch_1d`` (``gpu_base.py``) are the
+launch route and the 1-D launch sizes, and ``record`` the counter's entry for a library or array-module call:
+public here for the GPU code outside convalgos (``autotune.nn``'s fused layers).
 
 Importing this module needs neither CuPy nor a driver; running its algorithms needs CuPy and a CUDA driver, or
 the simulator (``NUMBA_ENABLE_CUDASIM=1`` before numba is first imported), where NumPy arrays stand in.
@@ -21,8 +23,8 @@ from __future__ import annotations
 from .direct.gpu import GPUDirect
 from .fft.gpu import GPUFFT
 from .fft.gpu_tiled import GPUFFTTiled
-from .gpu_base import GPUAlgorithm
-from .gpu_ops import OpCounts, count_ops
+from .gpu_base import GPUAlgorithm, launch, launch_1d
+from .gpu_ops import OpCounts, count_ops, record
 from .im2col.gpu import GPUIm2col
 from .implicit_gemm.gpu import GPUImplicitGemm
 from .registry import Registry
@@ -40,4 +42,5 @@ def release_workspaces() -> None:
     ALGORITHMS.release_workspaces()
 
 
-__all__ = ["ALGORITHMS", "GPUAlgorithm", "OpCounts", "count_ops", "release_workspaces"]
+__all__ = ["ALGORITHMS", "GPUAlgorithm", "OpCounts", "count_ops", "launch", "launch_1d", "record",
+           "release_workspaces"]
