@@ -29,7 +29,7 @@ from convalgos.arrays import simulator_enabled
 from convalgos.gpu_compiler import cuda, numba_dtype
 
 #: threads per block of a block reduction (a power of two), on a GPU and under the simulator (~1 ms a thread).
-REDUCE_THREADS, SIM_REDUCE_THREADS = 256, 8
+REDUCE_THREADS, SIM_REDUCE_THREADS = 256, 4
 
 
 def compute_dtype(dtype) -> np.dtype:
