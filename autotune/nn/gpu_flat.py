@@ -93,3 +93,33 @@ def drop_flat(model) -> None:
     for _, module in model.named_modules():
         module.__dict__.pop("_grad_views", None)
         module.__dict__.pop("_flat", None)
+
+
+def into_kept_grad(module, name: str, grad) -> bool:
+    """Put ``grad`` into parameter ``name``'s kept buffer (a device copy, or an add when it already holds this
+    step's gradient); False when the module keeps none (the caller makes its own array)."""
+    view = module.__dict__.get("_grad_views", {}).get(name)
+    if view is None:
+        return False
+    from convalgos.cuda import record
+    grads = module.__dict__.setdefault("_grads", {})
+    if name in grads:
+        view += grad
+        record("cupy.add")
+    else:
+        view[...] = grad
+        record("cupy.copy")
+    grads[name] = view
+    return True
+
+
+def grad_buffer(module, name: str):
+    """(buffer, add) for a kernel that writes parameter ``name``'s gradient itself (BatchNorm's): its kept
+    buffer and whether to add to what it holds; None where the module keeps none. Then ``grad_written``."""
+    view = module.__dict__.get("_grad_views", {}).get(name)
+    return None if view is None else (view, name in module.__dict__.get("_grads", {}))
+
+
+def grad_written(module, name: str) -> None:
+    """Parameter ``name``'s kept buffer now holds its gradient (``grad_buffer``)."""
+    module.__dict__.setdefault("_grads", {})[name] = module._grad_views[name]

@@ -16,6 +16,8 @@ import numpy as np
 
 from convalgos.arrays import array_module
 
+from . import gpu_flat
+
 
 def _cuda():
     """``convalgos.cuda`` (imported on first GPU use): ``launch``, ``launch_1d``, ``record``."""
@@ -88,7 +90,7 @@ def batch_norm_backward(bn, x, mean, var, mask, dy, input_grad: bool):
     ct = gpu_kernels.compute_dtype(np.result_type(planes.dtype, bn.weight.dtype))
     y = planes[:0] if mask is None else mask
     sums = kept(bn, "sums", (2, C), ct, dy)
-    targets = bn.grad_buffer("bias"), bn.grad_buffer("weight")
+    targets = gpu_flat.grad_buffer(bn, "bias"), gpu_flat.grad_buffer(bn, "weight")
     direct = None not in targets and targets[0][1] == targets[1][1]
     (db, add), (dw, _) = targets if direct else ((xp.empty(C, bn.bias.dtype), False),
                                                  (xp.empty(C, bn.weight.dtype), False))
@@ -96,7 +98,7 @@ def batch_norm_backward(bn, x, mean, var, mask, dy, input_grad: bool):
     cuda.launch(gpu_norm_kernels.bn_grad_sums_kernel(ct.name, threads), blocks, threads)(
         planes, dy, y, mean, var, ct.type(bn.eps), sums, db, dw, add)
     if direct:
-        bn.grad_written("bias"), bn.grad_written("weight")
+        gpu_flat.grad_written(bn, "bias"), gpu_flat.grad_written(bn, "weight")
     else:
         bn.accumulate_grad("bias", db)
         bn.accumulate_grad("weight", dw)

@@ -23,7 +23,7 @@ from convalgos.arrays import is_cupy_array
 from convalgos.interop import from_arrays, to_arrays
 
 from .device import check_device, mismatch, move
-from .gpu_flat import drop_flat
+from .gpu_flat import drop_flat, into_kept_grad
 
 
 class StateDictError(KeyError):
@@ -136,32 +136,12 @@ class Module(abc.ABC):
 
     def accumulate_grad(self, name: str, grad: np.ndarray) -> None:
         """Add ``grad`` to parameter ``name``'s gradient (cast to the parameter's dtype); on the GPU with flat
-        parameters (``gpu_flat.py``), into its kept buffer (one copy, or one add, on the device)."""
-        grads = self.__dict__.setdefault("_grads", {})
-        view = self.__dict__.get("_grad_views", {}).get(name)
-        if view is not None:
-            from convalgos.cuda import record
-            if name in grads:
-                view += grad
-                record("cupy.add")
-            else:
-                view[...] = grad
-                record("cupy.copy")
-            grads[name] = view
+        parameters, into its kept buffer (``gpu_flat.py``)."""
+        if into_kept_grad(self, name, grad):
             return
+        grads = self.__dict__.setdefault("_grads", {})
         grad = (grad if is_cupy_array(grad) else np.asarray(grad)).astype(getattr(self, name).dtype, copy=False)
         grads[name] = grad if name not in grads else grads[name] + grad
-
-    def grad_buffer(self, name: str):
-        """(buffer, add) for a kernel that writes parameter ``name``'s gradient itself: its kept buffer on the
-        GPU with flat parameters and whether to add to what it holds; None where there is none. The writer then
-        calls ``grad_written(name)``."""
-        view = self.__dict__.get("_grad_views", {}).get(name)
-        return None if view is None else (view, name in self.__dict__.get("_grads", {}))
-
-    def grad_written(self, name: str) -> None:
-        """Parameter ``name``'s kept gradient buffer now holds its gradient (``grad_buffer``)."""
-        self.__dict__.setdefault("_grads", {})[name] = self._grad_views[name]
 
     def zero_grad(self) -> None:
         """Drop every gradient (torch's ``set_to_none=True``, its default). On the GPU with flat parameters
