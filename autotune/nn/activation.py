@@ -8,7 +8,8 @@ applies the same mask and scale to dy. In eval mode it is the identity.
 On the CPU ReLU runs Numba kernels (``kernels.relu``, ``kernels.relu_grad``); on the GPU (``device.py``) their
 Numba-CUDA twins (``gpu_kernels.py``), one launch each way; where a BatchNorm comes first the containers fuse the
 ReLU into it (``container.py``). Dropout's mask is drawn on the host by the same generator (so a seeded run
-draws the same masks on either device) and copied over.
+draws the same masks on either device) and copied over at every step: a host-to-device copy, which a captured
+CUDA graph cannot hold (a device-side generator would be needed).
 """
 from __future__ import annotations
 
@@ -71,11 +72,18 @@ class Dropout(Module):
         keep = self.rng.random(x.shape) >= self.p
         scale = 0.0 if self.p == 1 else 1.0 / (1.0 - self.p)
         self.mask = like((keep * scale).astype(x.dtype), x)
+        if self.gpu_path(x):                                  # the mask's upload and the product, counted
+            gpu_layers.record("cupy.copy")
+            gpu_layers.record("cupy.multiply")
         self.save_for_backward(self.mask)
         return x * self.mask
 
     def backward_from(self, saved, dy, input_grad):
-        return dy * saved[0] if input_grad else None
+        if not input_grad:
+            return None
+        if self.gpu_path(dy):
+            gpu_layers.record("cupy.multiply")
+        return dy * saved[0]
 
     def extra_repr(self) -> str:
         return f"p={self.p}"

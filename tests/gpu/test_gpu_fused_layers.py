@@ -122,18 +122,20 @@ def test_a_bad_label_is_found_on_the_device_and_raised_when_the_loss_is_read():
         np.log(4))
 
 
-def test_sgd_is_one_launch_over_flat_parameters_and_equals_the_cpu_step():
+@pytest.mark.parametrize("dtype", [np.float32, np.float16])
+def test_sgd_is_one_launch_over_flat_parameters_and_equals_the_cpu_step(dtype):
     """momentum, weight decay and nesterov as optim.SGD on the CPU; a parameter without a gradient is skipped
     (its neighbours then take two launches); buffers made once: the same arrays every step."""
     from convalgos.cuda import count_ops
 
     def make():
-        return nn.Sequential(nn.Linear(4, 3, rng=np.random.default_rng(0)), nn.Linear(3, 2,
-                                                                                rng=np.random.default_rng(1)))
+        rngs = np.random.default_rng(0), np.random.default_rng(1)
+        return nn.Sequential(nn.Linear(4, 3, dtype=dtype.__name__, rng=rngs[0]),
+                             nn.Linear(3, 2, dtype=dtype.__name__, rng=rngs[1]))
     cpu, gpu = make(), make().to("cuda")
     opts = [optim.SGD(m, lr=0.1, momentum=0.9, weight_decay=0.01, nesterov=True) for m in (cpu, gpu)]
     rng = np.random.default_rng(4)
-    grads = [{name: randn(rng, p.shape, np.float32) for name, p in cpu.named_parameters()} for _ in range(3)]
+    grads = [{name: randn(rng, p.shape, dtype) for name, p in cpu.named_parameters()} for _ in range(3)]
     flat = gpu[0].weight.base
     for step, given in enumerate(grads):
         for model, opt in zip((cpu, gpu), opts):
@@ -148,6 +150,6 @@ def test_sgd_is_one_launch_over_flat_parameters_and_equals_the_cpu_step():
         # step 0: two runs around the bias without a gradient; step 1: the bias's momentum starts alone
         assert ops.by_name == {"nn.sgd_kernel": (2, 3, 1)[step]}
         for name, value in cpu.state_dict().items():
-            np.testing.assert_allclose(host(gpu.state_dict()[name]), value, rtol=1e-6, atol=1e-6, err_msg=name)
+            assert_close(gpu.state_dict()[name], value, dtype, name)
     assert all(p.base is flat for p in gpu.parameters())
-    assert all(b.base is opts[1]._flat_momentum["float32"] for b in opts[1].momentum_buffers.values())
+    assert all(b.base is opts[1]._flat_momentum[dtype.__name__] for b in opts[1].momentum_buffers.values())
