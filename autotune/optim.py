@@ -68,7 +68,8 @@ class SGD:
         self._flat, self._flat_momentum = flat, {}
         for dtype, group in flat.groups.items():
             xp = array_module(group.params)
-            momentum = self._flat_momentum[dtype] = xp.empty(group.params.size if self.momentum else 0, dtype)
+            # without momentum one element stands in, never read (a kernel argument is never an empty array)
+            momentum = self._flat_momentum[dtype] = xp.empty(group.params.size if self.momentum else 1, dtype)
             for segment in group.segments if self.momentum else ():
                 old = self.momentum_buffers.get(segment.name)
                 if old is not None:

@@ -70,9 +70,9 @@ def batch_norm_forward(bn, x, residual, relu: bool):
         mean, var = stats
     else:
         mean, var = bn.running_mean, bn.running_var
-    res = y[:0] if residual is None else contiguous(residual).reshape(planes.shape)
+    res = y if residual is None else contiguous(residual).reshape(planes.shape)     # y: read by no one
     cuda.launch(gpu_norm_kernels.bn_normalize_kernel(dt.name), *cuda.launch_1d(y.size))(
-        planes, mean, var, ct.type(bn.eps), bn.weight, bn.bias, res, bool(relu), y)
+        planes, mean, var, ct.type(bn.eps), bn.weight, bn.bias, res, residual is not None, bool(relu), y)
     # a ReLU after a residual is the caller's to differentiate (it splits the gradient to the shortcut too)
     mask = y if relu and residual is None else None
     bn.save_for_backward(x, mean, var, mask) if bn.training else bn.save_for_backward()
@@ -88,7 +88,7 @@ def batch_norm_backward(bn, x, mean, var, mask, dy, input_grad: bool):
     planes = x.reshape(N, C, -1)
     dy = contiguous(dy).reshape(planes.shape)
     ct = gpu_kernels.compute_dtype(np.result_type(planes.dtype, bn.weight.dtype))
-    y = planes[:0] if mask is None else mask
+    y = dy if mask is None else mask                                                  # dy: a stand-in, unread
     sums = kept(bn, "sums", (2, C), ct, dy)
     targets = gpu_flat.grad_buffer(bn, "bias"), gpu_flat.grad_buffer(bn, "weight")
     direct = None not in targets and targets[0][1] == targets[1][1]
@@ -96,7 +96,7 @@ def batch_norm_backward(bn, x, mean, var, mask, dy, input_grad: bool):
                                                  (xp.empty(C, bn.weight.dtype), False))
     blocks, threads = gpu_kernels.reduce_launch(C)
     cuda.launch(gpu_norm_kernels.bn_grad_sums_kernel(ct.name, threads), blocks, threads)(
-        planes, dy, y, mean, var, ct.type(bn.eps), sums, db, dw, add)
+        planes, dy, y, mask is not None, mean, var, ct.type(bn.eps), sums, db, dw, add)
     if direct:
         gpu_flat.grad_written(bn, "bias"), gpu_flat.grad_written(bn, "weight")
     else:
@@ -106,7 +106,7 @@ def batch_norm_backward(bn, x, mean, var, mask, dy, input_grad: bool):
         return None
     dx = xp.empty(planes.shape, dy.dtype)
     cuda.launch(gpu_norm_kernels.bn_grad_input_kernel(ct.name), *cuda.launch_1d(dx.size))(
-        planes, dy, y, mean, var, ct.type(bn.eps), bn.weight, sums, dx)
+        planes, dy, y, mask is not None, mean, var, ct.type(bn.eps), bn.weight, sums, dx)
     return dx.reshape(x.shape)
 
 

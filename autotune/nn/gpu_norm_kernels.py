@@ -59,14 +59,13 @@ def bn_stats_kernel(dtype: str, threads: int):
 
 @functools.lru_cache(maxsize=None)
 def bn_normalize_kernel(dtype: str):
-    """y = (x - mean[c]) / sqrt(var[c] + eps) * w[c] + b[c] (+ residual unless it is empty) (ReLU when
-    ``relu``), in the scale-shift form of the CPU kernels; x, residual, y: (N, C, P)."""
+    """y = (x - mean[c]) / sqrt(var[c] + eps) * w[c] + b[c] (+ residual when ``add``) (ReLU when ``relu``), in
+    the scale-shift form of the CPU kernels; x, residual, y: (N, C, P)."""
     ct = numba_dtype(compute_dtype(dtype))
 
     @cuda.jit
-    def kernel(x, mean, var, eps, weight, bias, residual, relu, y):
+    def kernel(x, mean, var, eps, weight, bias, residual, add, relu, y):
         N, C, P = x.shape
-        add = residual.shape[0] > 0
         for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
             n, c, q = i // (C * P), (i // P) % C, i % P
             scale = ct(weight[c]) / ct(math.sqrt(ct(var[c]) + eps))
@@ -83,15 +82,14 @@ def bn_normalize_kernel(dtype: str):
 
 @functools.lru_cache(maxsize=None)
 def bn_grad_sums_kernel(dtype: str, threads: int):
-    """Per channel c: sums[0, c] = db = sum(g), sums[1, c] = dw = sum(g * x_hat), g = dy where y > 0 (y
-    non-empty: the fused ReLU's output) else dy; also written (``add``: added) into db_out[c], dw_out[c]."""
+    """Per channel c: sums[0, c] = db = sum(g), sums[1, c] = dw = sum(g * x_hat), g = dy where y > 0 when
+    ``masked`` (y: the fused ReLU's output) else dy; also written (``add``: added) into db_out[c], dw_out[c]."""
     ct = numba_dtype(compute_dtype(dtype))
 
     @cuda.jit
-    def kernel(x, dy, y, mean, var, eps, sums, db_out, dw_out, add):
+    def kernel(x, dy, y, masked, mean, var, eps, sums, db_out, dw_out, add):
         N, C, P = x.shape
         count = N * P
-        masked = y.shape[0] > 0
         part = cuda.shared.array(threads, ct)
         t = cuda.threadIdx.x
         for c in range(cuda.blockIdx.x, C, cuda.gridDim.x):
@@ -124,10 +122,9 @@ def bn_grad_input_kernel(dtype: str):
     ct = numba_dtype(compute_dtype(dtype))
 
     @cuda.jit
-    def kernel(x, dy, y, mean, var, eps, weight, sums, dx):
+    def kernel(x, dy, y, masked, mean, var, eps, weight, sums, dx):
         N, C, P = x.shape
         count = ct(N * P)
-        masked = y.shape[0] > 0
         for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
             n, c, q = i // (C * P), (i // P) % C, i % P
             inv = ct(1) / ct(math.sqrt(ct(var[c]) + eps))

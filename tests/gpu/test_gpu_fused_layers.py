@@ -153,3 +153,17 @@ def test_sgd_is_one_launch_over_flat_parameters_and_equals_the_cpu_step(dtype):
             assert_close(gpu.state_dict()[name], value, dtype, name)
     assert all(p.base is flat for p in gpu.parameters())
     assert all(b.base is opts[1]._flat_momentum[dtype.__name__] for b in opts[1].momentum_buffers.values())
+
+
+def test_plain_sgd_without_momentum_is_one_launch_too():
+    from convalgos.cuda import count_ops
+    cpu, gpu = nn.Linear(3, 2), nn.Linear(3, 2).to("cuda")
+    opts = [optim.SGD(m, lr=0.5, weight_decay=0.1) for m in (cpu, gpu)]
+    g = np.random.default_rng(5).standard_normal((2, 3)).astype(np.float32)
+    for model, opt in zip((cpu, gpu), opts):
+        model.accumulate_grad("weight", device(g) if model is gpu else g)
+        with count_ops() as ops:
+            opt.step()
+    assert ops.by_name == {"nn.sgd_kernel": 1} and not opts[1].momentum_buffers
+    assert_close(gpu.weight, cpu.weight, np.float32, "weight")
+    assert_close(gpu.bias, cpu.bias, np.float32, "bias (no gradient: unchanged)")
