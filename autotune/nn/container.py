@@ -116,7 +116,7 @@ class BasicBlock(Module):
 
     def _forward_gpu(self, x):
         """The GPU path, in train and eval mode alike: bn1 with the ReLU fused, bn2 with the shortcut's sum and
-        the ReLU fused (``gpu_norm_kernels.py``): two launches (one in eval mode) where there were four."""
+        the ReLU fused (``gpu_norm_kernels.py``); each BatchNorm two launches in train mode, one in eval mode."""
         shortcut = x if self.downsample is None else self.downsample(x)
         hidden = self.bn1.forward(self.conv1(x), relu=True)
         y = self.bn2.forward(self.conv2(hidden), residual=shortcut, relu=True)
