@@ -167,3 +167,22 @@ def test_plain_sgd_without_momentum_is_one_launch_too():
     assert ops.by_name == {"nn.sgd_kernel": 1} and not opts[1].momentum_buffers
     assert_close(gpu.weight, cpu.weight, np.float32, "weight")
     assert_close(gpu.bias, cpu.bias, np.float32, "bias (no gradient: unchanged)")
+
+
+def test_sgd_follows_a_load_state_dict_with_its_momentum_kept_by_name():
+    """load_state_dict replaces the model's arrays: the next step lays them out flat anew (one copy each, once)
+    and carries the momentum buffers over by name, as the CPU's SGD keeps them."""
+    cpu, gpu = nn.Linear(3, 2), nn.Linear(3, 2).to("cuda")
+    opts = [optim.SGD(m, lr=0.1, momentum=0.9) for m in (cpu, gpu)]
+    rng = np.random.default_rng(6)
+    state = {k: rng.standard_normal(v.shape).astype(np.float32) for k, v in cpu.state_dict().items()}
+    for step in range(3):
+        g = rng.standard_normal((2, 3)).astype(np.float32)
+        for model, opt in zip((cpu, gpu), opts):
+            if step == 1:
+                model.load_state_dict(state)
+            model.zero_grad()
+            model.accumulate_grad("weight", device(g) if model is gpu else g)
+            opt.step()
+        assert_close(gpu.weight, cpu.weight, np.float32, f"weight after step {step}")
+    assert gpu.weight.base is opts[1]._flat.groups["float32"].params
