@@ -5,17 +5,17 @@ Dropout in train mode zeroes each element with probability p and scales the rest
 expected output is the input; its mask comes from the layer's own seeded generator, and its backward pass
 applies the same mask and scale to dy. In eval mode it is the identity.
 
-On the CPU ReLU runs Numba kernels (``kernels.relu``, ``kernels.relu_grad``); on the GPU (``device.py``) the
-same results come from array-module code, and Dropout's mask is drawn on the host by the same generator (so a
-seeded run draws the same masks on either device) and copied over.
+On the CPU ReLU runs Numba kernels (``kernels.relu``, ``kernels.relu_grad``); on the GPU (``device.py``) their
+Numba-CUDA twins (``gpu_kernels.py``), one launch each way; where a BatchNorm comes first the containers fuse the
+ReLU into it (``container.py``). Dropout's mask is drawn on the host by the same generator (so a seeded run
+draws the same masks on either device) and copied over at every step: a host-to-device copy, which a captured
+CUDA graph cannot hold (a device-side generator would be needed).
 """
 from __future__ import annotations
 
 import numpy as np
 
-from convalgos.arrays import array_module
-
-from . import kernels
+from . import gpu_layers, kernels
 from .device import like
 from .module import Module
 
@@ -23,7 +23,7 @@ from .module import Module
 class ReLU(Module):
     def forward(self, x):
         if self.gpu_path(x):
-            y = array_module(x).maximum(x, 0)                 # NaN kept, as the kernel keeps it
+            y = gpu_layers.relu(x)
         elif x.dtype in (np.float32, np.float64):
             x = np.ascontiguousarray(x)
             y = np.empty_like(x)
@@ -39,10 +39,9 @@ class ReLU(Module):
 
 def relu_backward(y, dy, gpu_path: bool = False):
     """The gradient through a ReLU whose output was ``y``: dy where y > 0, else 0 (one Numba pass; with
-    ``gpu_path``, array-module code)."""
+    ``gpu_path``, one launch)."""
     if gpu_path:
-        xp = array_module(dy)
-        return xp.where(y > 0, dy, xp.zeros((), dy.dtype))
+        return gpu_layers.relu_backward(y, dy)
     ct = np.promote_types(dy.dtype, np.float32)              # float16 in float32 (exact)
     y, dyc = (np.ascontiguousarray(a, dtype=ct) for a in (y, dy))
     dx = np.empty_like(dyc)
@@ -73,11 +72,18 @@ class Dropout(Module):
         keep = self.rng.random(x.shape) >= self.p
         scale = 0.0 if self.p == 1 else 1.0 / (1.0 - self.p)
         self.mask = like((keep * scale).astype(x.dtype), x)
+        if self.gpu_path(x):                                  # the mask's upload and the product, counted
+            gpu_layers.record("cupy.copy")
+            gpu_layers.record("cupy.multiply")
         self.save_for_backward(self.mask)
         return x * self.mask
 
     def backward_from(self, saved, dy, input_grad):
-        return dy * saved[0] if input_grad else None
+        if not input_grad:
+            return None
+        if self.gpu_path(dy):
+            gpu_layers.record("cupy.multiply")
+        return dy * saved[0]
 
     def extra_repr(self) -> str:
         return f"p={self.p}"

@@ -9,11 +9,16 @@ Fusion (``model.fuse``, ``inference.py``) is decided here, where the data flow i
 BatchNorm into the conv before it and makes a ReLU that follows the conv's epilogue; the absorbed children are
 skipped in eval mode (``Module.absorbed``). It lets a conv keep its output buffer only when a later layer of
 the model consumes that output within the pass (``final``: this container's output is the model's).
+
+On the GPU path (``device.py``) the containers fuse in train and eval mode alike: a BatchNorm followed by a
+ReLU runs as one kernel (its backward applies the ReLU's mask), and ResNet's block adds the shortcut and
+applies the ReLU in bn2's kernel (``gpu_norm_kernels.py``). torch's modules (the bridge) are not touched.
 """
 from __future__ import annotations
 
 from collections import OrderedDict
 
+from . import gpu_layers
 from .activation import Dropout, Identity, ReLU, relu_backward
 from .conv import Conv2d
 from .linear import Flatten
@@ -40,10 +45,14 @@ class Sequential(Module):
         return len(self.__dict__.get("_children", {}))
 
     def forward(self, x):
-        self.save_for_backward()
-        for name, module in self.named_children():
-            if not self.absorbed(name):
-                x = module(x)
+        children = [module for name, module in self.named_children() if not self.absorbed(name)]
+        ran, i = [], 0
+        while i < len(children):
+            module, fuse = children[i], fuses_relu(children, i, x)
+            x = module.forward(x, relu=True) if fuse else module(x)
+            ran.append(module)
+            i += 2 if fuse else 1
+        self.save_for_backward(*ran)
         return x
 
     def _fuse(self, batchnorm, relu, buffers, final):
@@ -65,9 +74,8 @@ class Sequential(Module):
             module._fuse(batchnorm, relu, buffers, final and all(isinstance(m, PASS_THROUGH) for m in live[i + 1:]))
 
     def backward_from(self, saved, grad, input_grad):
-        children = [module for _, module in self.named_children()]
-        for i in range(len(children) - 1, -1, -1):
-            grad = children[i].backward(grad, input_grad=input_grad or i > 0)
+        for i in range(len(saved) - 1, -1, -1):          # the modules the forward pass ran, fused ones as one
+            grad = saved[i].backward(grad, input_grad=input_grad or i > 0)
         return grad
 
 
@@ -92,6 +100,8 @@ class BasicBlock(Module):
                                          BatchNorm2d(channels, dtype=dtype))
 
     def forward(self, x):
+        if self.gpu_path(x):
+            return self._forward_gpu(x)
         shortcut = x if self.downsample is None else self.downsample(x)
         hidden = self.conv1(x)
         hidden = hidden if self.absorbed("bn1") else self.bn1(hidden)
@@ -101,6 +111,15 @@ class BasicBlock(Module):
         else:
             y = self.conv2(hidden)
             y = self.relu((y if self.absorbed("bn2") else self.bn2(y)) + shortcut)
+        self.save_for_backward(hidden, y)
+        return y
+
+    def _forward_gpu(self, x):
+        """The GPU path, in train and eval mode alike: bn1 with the ReLU fused, bn2 with the shortcut's sum and
+        the ReLU fused (``gpu_norm_kernels.py``); each BatchNorm two launches in train mode, one in eval mode."""
+        shortcut = x if self.downsample is None else self.downsample(x)
+        hidden = self.bn1.forward(self.conv1(x), relu=True)
+        y = self.bn2.forward(self.conv2(hidden), residual=shortcut, relu=True)
         self.save_for_backward(hidden, y)
         return y
 
@@ -124,10 +143,20 @@ class BasicBlock(Module):
         gpu = self.gpu_path(dy)
         dsum = relu_backward(y, dy, gpu)
         dhidden = self.conv2.backward(self.bn2.backward(dsum, input_grad=True), input_grad=True)
-        dx = self.conv1.backward(self.bn1.backward(relu_backward(hidden, dhidden, gpu), input_grad=True),
-                                 input_grad=input_grad)
+        if not gpu:                                   # on the GPU bn1's backward applies its fused ReLU's mask
+            dhidden = relu_backward(hidden, dhidden)
+        dx = self.conv1.backward(self.bn1.backward(dhidden, input_grad=True), input_grad=input_grad)
         if self.downsample is not None:
             dshort = self.downsample.backward(dsum, input_grad=input_grad)
         else:
             dshort = dsum if input_grad else None
-        return dx + dshort if input_grad else None
+        if not input_grad:
+            return None
+        return gpu_layers.add(dx, dshort) if gpu else dx + dshort
+
+
+def fuses_relu(children, i: int, x) -> bool:
+    """True when child ``i`` is a BatchNorm2d on the GPU path followed by a ReLU, which its kernel then applies
+    (its backward masks the gradient by its output). The CPU path runs them apart, as before."""
+    return (isinstance(children[i], BatchNorm2d) and i + 1 < len(children) and isinstance(children[i + 1], ReLU)
+            and children[i].gpu_path(x))

@@ -3,12 +3,12 @@
     >>> model.to("cuda")            # parameters, buffers and gradients become CuPy arrays; convs run on the GPU
     >>> model.to("cpu")             # back to NumPy
 
-On ``"cpu"`` (NumPy arrays) the layers run their Numba kernels (``kernels.py``). On ``"cuda"`` they run
-array-module code (``xp = array_module(x)``: the same NumPy calls, answered by CuPy), and every conv pass goes
-through the tuner's GPU device (``autotune.devices.GpuDevice``: the GPU registry, CUDA events).
+On ``"cpu"`` (NumPy arrays) the layers run their Numba kernels (``kernels.py``). On ``"cuda"`` they run their
+Numba-CUDA twins (``gpu_*kernels.py``, launched by ``gpu_layers.py``), and every conv pass goes through the
+tuner's GPU device (``autotune.devices.GpuDevice``: the GPU registry, CUDA events).
 
 Under the Numba CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``) there are no CuPy arrays: a model moved to
-``"cuda"`` keeps its NumPy arrays, but takes the GPU's code paths (array-module code, not the CPU's kernels)
+``"cuda"`` keeps its NumPy arrays, but takes the GPU's code paths (the simulated kernels, not the CPU's)
 and its convs go to a Tuner on the simulated GPU (``autotune.simulated_gpu_tuner()``: the GPU registry on
 NumPy arrays). So "the GPU step equals the CPU step" can be tested without a GPU.
 """

@@ -7,8 +7,9 @@ Eval mode's fast path (``inference.py``): ``prepare_weights(enabled)``, ``fuse(b
 ``unfuse()`` switch it for a module and its descendants; ``drop_prepared()`` drops what it derived from the
 weights (and makes them writeable again): every method here that changes weights or modes calls it.
 
-``to("cuda")`` / ``to("cpu")`` move every array (``device.py``): on "cuda" a layer runs array-module code
-instead of its CPU kernels (``gpu_path``).
+``to("cuda")`` / ``to("cpu")`` move every array (``device.py``): on "cuda" a layer runs its GPU kernels
+(``gpu_*kernels.py``) instead of its CPU kernels (``gpu_path``), and with an optimizer the parameters and their
+gradients live in flat arrays (``gpu_flat.py``).
 """
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from convalgos.arrays import is_cupy_array
 from convalgos.interop import from_arrays, to_arrays
 
 from .device import check_device, mismatch, move
+from .gpu_flat import drop_flat, into_kept_grad
 
 
 class StateDictError(KeyError):
@@ -133,13 +135,17 @@ class Module(abc.ABC):
         return grad_output if input_grad else None
 
     def accumulate_grad(self, name: str, grad: np.ndarray) -> None:
-        """Add ``grad`` to parameter ``name``'s gradient (cast to the parameter's dtype)."""
+        """Add ``grad`` to parameter ``name``'s gradient (cast to the parameter's dtype); on the GPU with flat
+        parameters, into its kept buffer (``gpu_flat.py``)."""
+        if into_kept_grad(self, name, grad):
+            return
         grads = self.__dict__.setdefault("_grads", {})
         grad = (grad if is_cupy_array(grad) else np.asarray(grad)).astype(getattr(self, name).dtype, copy=False)
         grads[name] = grad if name not in grads else grads[name] + grad
 
     def zero_grad(self) -> None:
-        """Drop every gradient (torch's ``set_to_none=True``, its default)."""
+        """Drop every gradient (torch's ``set_to_none=True``, its default). On the GPU with flat parameters
+        the gradient buffers stay (the next backward pass overwrites them) and no device work is issued."""
         for _, module in self.named_modules():
             module.__dict__.pop("_grads", None)
 
@@ -210,6 +216,7 @@ class Module(abc.ABC):
         momentum buffers follow the parameters' device at its next step)."""
         device = check_device(device)
         self.drop_prepared()
+        drop_flat(self)
         for _, module in self.named_modules():
             for name, value in list(module._own_arrays()):
                 setattr(module, name, move(value, device))
@@ -222,6 +229,7 @@ class Module(abc.ABC):
     def astype(self, dtype) -> "Module":
         """Cast every array of every module to ``dtype`` in place; returns self."""
         self.drop_prepared()
+        drop_flat(self)
         for _, module in self.named_modules():
             for name, value in list(module._own_arrays()):
                 setattr(module, name, value.astype(dtype))

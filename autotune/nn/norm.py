@@ -16,9 +16,11 @@ saved input, mean and 1/sqrt(var + eps) rather than keeping it. Like torch, the 
 copy) for the backward pass, so the input must not be changed in place in between (torch raises there; this
 library keeps no version counters, and its own layers never write into their inputs).
 
-On the GPU (``device.py``) the same formulas run as array-module code: the sums are the array module's
-reductions (pairwise in NumPy, tree-shaped in CuPy) instead of the kernels' vector lanes, so the two devices
-agree to rounding, not bit for bit.
+On the GPU (``device.py``) the same formulas run as Numba-CUDA kernels (``gpu_norm_kernels.py``, called by
+``gpu_layers.py``): two launches forward (the statistics with the running update, then the normalisation) and
+two backward (the two sums, then dx), with the ReLU that follows (and ResNet's residual before it) fused in
+where the containers see them. The sums are trees over a block's threads in float32 instead of the CPU
+kernels' float64 vector lanes, so the two devices agree to rounding, not bit for bit.
 """
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ import numpy as np
 
 from convalgos.arrays import array_module
 
-from . import kernels
+from . import gpu_layers, kernels
 from .module import Module
 
 
@@ -49,7 +51,14 @@ class BatchNorm2d(Module):
         self.running_var = np.ones(num_features, dtype)
         self.eps, self.momentum = eps, momentum
 
-    def forward(self, x):
+    def forward(self, x, residual=None, relu=False):
+        """The normalised ``x``. On the GPU path the containers fuse what follows (``_forward_gpu``):
+        ``residual`` added after the affine step, then a ReLU when ``relu``."""
+        if self.gpu_path(x):
+            return self._forward_gpu(x, residual, relu)
+        if residual is not None or relu:
+            raise ValueError("BatchNorm2d fuses a residual and a ReLU on the GPU path only (device 'cuda'), got "
+                             f"residual={'an array' if residual is not None else None}, relu={relu!r} on the CPU")
         if self.training:
             return self._train_forward(x)
         self.save_for_backward()
@@ -57,10 +66,6 @@ class BatchNorm2d(Module):
         scale = self.weight / xp.sqrt(self.running_var + self.eps)
         shift = self.bias - self.running_mean * scale
         dt = np.result_type(x.dtype, scale.dtype)
-        if self.gpu_path(x):
-            planes = (x.shape[0], x.shape[1], -1)
-            y = x.astype(dt, copy=False).reshape(planes) * scale.astype(dt)[:, None] + shift.astype(dt)[:, None]
-            return y.reshape(x.shape)
         if dt not in (np.float32, np.float64):
             return x * scale.astype(dt)[:, None, None] + shift.astype(dt)[:, None, None]
         x = np.ascontiguousarray(x, dtype=dt)
@@ -72,12 +77,7 @@ class BatchNorm2d(Module):
     def _train_forward(self, x):
         dt = np.result_type(x.dtype, self.weight.dtype)
         ct = np.promote_types(dt, np.float32)          # float16 is normalised in float32
-        n = x.size // x.shape[1]
-        if n < 2:
-            raise ValueError(f"BatchNorm2d in train mode needs more than 1 value per channel, got input shape "
-                             f"{x.shape}")
-        if self.gpu_path(x):
-            return self._train_forward_xp(x, dt, ct, n)
+        n = _values_per_channel(x)
         x = np.ascontiguousarray(x, dtype=ct)
         C = x.shape[1]
         y = np.empty_like(x)
@@ -93,25 +93,10 @@ class BatchNorm2d(Module):
         self.running_mean[...] = (1 - m) * self.running_mean + m * mean
         self.running_var[...] = (1 - m) * self.running_var + m * var * (n / (n - 1))
 
-    def _train_forward_xp(self, x, dt, ct, n: int):
-        """Train mode in array-module code (the GPU's path): the kernel's three passes as array operations."""
-        xp = array_module(x)
-        x = xp.ascontiguousarray(x, dtype=ct)
-        planes = x.reshape(x.shape[0], x.shape[1], -1)
-        mean = planes.mean(axis=(0, 2))
-        centred = planes - mean[:, None]
-        var = (centred * centred).mean(axis=(0, 2))
-        inv_std = 1 / xp.sqrt(var + ct.type(self.eps))
-        scale = self.weight.astype(ct) * inv_std
-        y = planes * scale[:, None] + (self.bias.astype(ct) - mean * scale)[:, None]
-        self._update_running(mean, var, n)
-        self.save_for_backward(x, mean, inv_std)
-        return y.reshape(x.shape).astype(dt, copy=False)
-
     def backward_from(self, saved, dy, input_grad):
-        x, mean, inv_std = saved
         if self.gpu_path(dy):
-            return self._backward_xp(x, mean, inv_std, dy, input_grad)
+            return gpu_layers.batch_norm_backward(self, *saved, dy, input_grad)
+        x, mean, inv_std = saved
         dt, ct, C = dy.dtype, x.dtype, x.shape[1]
         dy = np.ascontiguousarray(dy, dtype=ct)
         db, dw = np.empty(C, ct), np.empty(C, ct)
@@ -123,21 +108,19 @@ class BatchNorm2d(Module):
         self.accumulate_grad("weight", dw)
         return dx.astype(dt, copy=False) if input_grad else None
 
-    def _backward_xp(self, x, mean, inv_std, dy, input_grad):
-        """The backward pass in array-module code (the GPU's path), x_hat recomputed from x as the kernel does."""
-        dt, ct = dy.dtype, x.dtype
-        N, C = x.shape[:2]
-        planes, grad = x.reshape(N, C, -1), dy.astype(ct, copy=False).reshape(N, C, -1)
-        count = planes.shape[0] * planes.shape[2]
-        x_hat = (planes - mean[:, None]) * inv_std[:, None]
-        db, dw = grad.sum(axis=(0, 2)), (grad * x_hat).sum(axis=(0, 2))
-        self.accumulate_grad("bias", db)
-        self.accumulate_grad("weight", dw)
-        if not input_grad:
-            return None
-        k = self.weight.astype(ct) * inv_std / count
-        dx = k[:, None] * (count * grad - db[:, None] - x_hat * dw[:, None])
-        return dx.reshape(x.shape).astype(dt, copy=False)
+    def _forward_gpu(self, x, residual, relu):
+        if self.training:
+            _values_per_channel(x)
+        return gpu_layers.batch_norm_forward(self, x, residual, relu)
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}, momentum={self.momentum}"
+
+
+def _values_per_channel(x) -> int:
+    """n = N*H*W, checked: train mode's statistics need more than one value per channel."""
+    n = x.size // x.shape[1]
+    if n < 2:
+        raise ValueError(f"BatchNorm2d in train mode needs more than 1 value per channel, got input shape "
+                         f"{x.shape}")
+    return n

@@ -2,11 +2,7 @@
 over pixels.
 
 Max pooling is a Numba kernel (``kernels.py``) that keeps, for every output, the index of its window's max
-(the first in scan order, as in torch); its backward pass adds each dy at that index. On the GPU
-(``device.py``) it runs tap by tap in array-module code: each tap's strided view of the input is compared
-with the running max (the kernel's rule: the first in-bounds tap, then a larger or NaN one), and the winning
-tap's number is kept; the backward pass adds dy into each tap's view where that tap won (within one tap's
-view no two outputs meet, so no scatter is needed).
+(the first in scan order, as in torch); its backward pass adds each dy at that index.
 
 Average pooling works tap by tap: for each kernel tap (i, j), the strided view of the padded input that tap
 sees in every window is one array operation, so the Python loop runs over the kh*kw taps only. Its backward
@@ -14,6 +10,11 @@ pass adds dy / divisor back into that same view of a zero padded gradient, then 
 
 Adaptive average pooling is linear and separable: y = P_h x P_w^T, with P_h[i, h] = 1/len(bin i) for the
 rows of bin i (likewise P_w), so its backward pass is dx = P_h^T dy P_w: two GEMMs each way.
+
+On the GPU (``device.py``) each of the three is one Numba-CUDA launch each way (``gpu_pool_kernels.py``, the
+same rules: max pooling's first-in-scan-order max and NaN, the two divisors, adaptive bins computed from
+their indices on the device, so no bin matrix is built on the host or copied); every backward pass there is
+a gather, one thread per input element.
 """
 from __future__ import annotations
 
@@ -22,8 +23,7 @@ import numpy as np
 from convalgos.arrays import array_module
 from convalgos.gemm import matmul
 
-from . import kernels
-from .device import like
+from . import gpu_layers, kernels
 from .module import Module, pair
 
 
@@ -70,10 +70,12 @@ class MaxPool2d(_Pool2d):
     kernel finds each window's max and where it is (``kernels.max_pool``); backward adds dy there."""
 
     def forward(self, x):
-        if self.gpu_path(x):
-            return self._forward_taps(x)
         N, C, H, W = x.shape
         (Ho, Wo), _ = self._geometry(H, W)
+        if self.gpu_path(x):
+            y, argmax = gpu_layers.max_pool(x, self.kernel_size, self.stride, self.padding, (Ho, Wo))
+            self.save_for_backward(x.shape, argmax)
+            return y
         ct = np.promote_types(x.dtype, np.float32)            # float16 is compared in float32 (exact)
         y = np.empty((N * C, Ho, Wo), ct)
         argmax = np.empty((N * C, Ho, Wo), np.int32)
@@ -82,46 +84,11 @@ class MaxPool2d(_Pool2d):
         self.save_for_backward(x.shape, argmax)
         return y.reshape(N, C, Ho, Wo).astype(x.dtype, copy=False)
 
-    def _tap_views(self, H, W):
-        """(out, pads, [(rows, cols, inside)] per tap): the strided view of the padded input each kernel tap
-        reads for every output, and which outputs see it inside the unpadded input."""
-        out, pads = self._geometry(H, W)
-        (sh, sw), (kh, kw), ((top, _), (left, _)) = self.stride, self.kernel_size, pads
-        rows = [np.arange(out[0]) * sh + i - top for i in range(kh)]
-        cols = [np.arange(out[1]) * sw + j - left for j in range(kw)]
-        return out, pads, [(slice(i, i + sh * (out[0] - 1) + 1, sh), slice(j, j + sw * (out[1] - 1) + 1, sw),
-                            ((rows[i] >= 0) & (rows[i] < H))[:, None] & ((cols[j] >= 0) & (cols[j] < W))[None])
-                           for i in range(kh) for j in range(kw)]
-
-    def _forward_taps(self, x):
-        """The GPU's max pooling (module docstring): the max and the number of the tap that holds it."""
-        xp, (N, C, H, W) = array_module(x), x.shape
-        out, pads, taps = self._tap_views(H, W)
-        padded = xp.pad(x.astype(np.promote_types(x.dtype, np.float32), copy=False), ((0, 0), (0, 0)) + tuple(pads))
-        best = xp.full((N, C) + tuple(out), -np.inf, padded.dtype)
-        which = xp.full((N, C) + tuple(out), -1, np.int16)
-        for t, (rows, cols, inside) in enumerate(taps):
-            v = padded[:, :, rows, cols]
-            wins = like(inside, x) & ((which < 0) | (v > best) | xp.isnan(v))
-            best, which = xp.where(wins, v, best), xp.where(wins, np.int16(t), which)
-        self.save_for_backward(x.shape, which)
-        return best.astype(x.dtype, copy=False)
-
-    def _backward_taps(self, x_shape, which, dy):
-        xp, (N, C, H, W) = array_module(dy), x_shape
-        out, ((top, bottom), (left, right)), taps = self._tap_views(H, W)
-        ct = np.promote_types(dy.dtype, np.float32)
-        grad = xp.zeros((N, C, H + top + bottom, W + left + right), ct)
-        zero = xp.zeros((), ct)
-        for t, (rows, cols, _) in enumerate(taps):
-            grad[:, :, rows, cols] += xp.where(which == t, dy.astype(ct, copy=False), zero)
-        return grad[:, :, top:top + H, left:left + W].astype(dy.dtype)
-
     def backward_from(self, saved, dy, input_grad):
         if not input_grad:
             return None
         if self.gpu_path(dy):
-            return self._backward_taps(*saved, dy)
+            return gpu_layers.max_pool_backward(*saved, dy, self.kernel_size, self.stride, self.padding)
         (N, C, H, W), argmax = saved
         ct = np.promote_types(dy.dtype, np.float32)
         dx = np.empty((N * C, H * W), ct)
@@ -176,13 +143,19 @@ class AvgPool2d(_Pool2d):
     def forward(self, x):
         (H, W), dt = x.shape[2:], x.dtype
         out, pads = self._geometry(H, W)
-        divisor = like(self._divisor(H, W, pads, out), x)
+        if self.gpu_path(x):
+            self.save_for_backward(x.shape)
+            return gpu_layers.avg_pool(x, self.kernel_size, self.stride, self.padding, self.count_include_pad, out)
+        divisor = self._divisor(H, W, pads, out)
         self.save_for_backward(x.shape, pads, out, divisor)
         return (self._sum_windows(x.astype(np.float64), pads, out) / divisor).astype(dt)
 
     def backward_from(self, saved, dy, input_grad):
         if not input_grad:
             return None
+        if self.gpu_path(dy):
+            return gpu_layers.avg_pool_backward(saved[0], dy, self.kernel_size, self.stride, self.padding,
+                                                self.count_include_pad)
         x_shape, pads, out, divisor = saved
         return self._scatter_windows((dy / divisor).astype(dy.dtype), x_shape, pads, out)
 
@@ -195,14 +168,21 @@ class AdaptiveAvgPool2d(Module):
         self.output_size = pair(output_size)
 
     def forward(self, x):
+        if self.gpu_path(x):
+            self.save_for_backward(x.shape)
+            return gpu_layers.adaptive_avg_pool(x, self.output_size)
         H, W = x.shape[2:]
-        ph, pw = (like(_bin_matrix(size, out), x) for size, out in zip((H, W), self.output_size))
+        ph, pw = (_bin_matrix(size, out) for size, out in zip((H, W), self.output_size))
         self.save_for_backward(ph, pw)
         return _separable(x, ph, pw)
 
     def backward_from(self, saved, dy, input_grad):
+        if not input_grad:
+            return None
+        if self.gpu_path(dy):
+            return gpu_layers.adaptive_avg_pool_backward(saved[0], dy)
         ph, pw = saved
-        return _separable(dy, ph.T, pw.T) if input_grad else None
+        return _separable(dy, ph.T, pw.T)
 
     def extra_repr(self) -> str:
         return f"output_size={self.output_size}"

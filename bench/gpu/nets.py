@@ -120,12 +120,12 @@ def run_net(name: str, batch: int, size: int) -> None:
         except Exception as e:  # noqa: BLE001 - our two sides are still worth timing
             emit("note", text=f"no torch side: {short_error(e)}")
     losses, start = {}, time.perf_counter()
-    losses["autotuned"] = sides["autotuned"].step()                  # tunes every pass of every layer
+    losses["autotuned"] = float(sides["autotuned"].step())           # tunes every pass of every layer
     dev.synchronize()
     tuning = time.perf_counter() - start
     for label, side in sides.items():
         if label != "autotuned":
-            losses[label] = side.step()
+            losses[label] = float(side.step())                      # a GPU loss stays on the device until read
     emit("tuned", model=name, batch=batch, size=size, tuning_s=tuning, losses=losses,
          keys=len(list(tuner.dispatch_table())), choices=_choices(tuner))
     rounds, least = (1, 0.0) if dev.simulated else (ROUNDS, MIN_SECONDS)

@@ -1,0 +1,63 @@
+"""A ResNet-20 training step on the GPU path (under the simulator, the simulated GPU) equals the CPU's step:
+the loss, every gradient, every parameter and running statistic after SGD; and the step's device operations,
+with the fused layers, stay within the issue's budget (ResNet-20: 1405 before them, torch 232, target 350).
+
+Tiny batch and image (2 x 3 x 8 x 8: layer3 runs at 2 x 2) keep it cheap. As in test_gpu_training.py, the
+GPU's tuner runs im2col (its GEMMs in NumPy's matmul there, as cuBLAS's on hardware) for every pass."""
+import numpy as np
+import pytest
+
+import autotune
+from autotune import models, nn, optim
+from autotune.heuristics import Heuristics
+from autotune.nn.device import move, to_host
+from barriers import quick_barriers  # noqa: F401 - autouse: the simulator's barriers made quick
+from convalgos.arrays import simulator_enabled
+from convalgos.cuda import count_ops
+
+IM2COL_FIRST = Heuristics({"rules": [{"name": "im2col first (the simulator's cheapest)", "when": {},
+                                      "order": ["im2col"]}]})
+
+#: the fused layers' operations in one ResNet-20 step (19 BatchNorms and the shortcuts' 2, 9 blocks)
+LAYER_OPS = {
+    "nn.bn_stats_kernel": 21, "nn.bn_normalize_kernel": 21, "nn.bn_grad_sums_kernel": 21,
+    "nn.bn_grad_input_kernel": 21, "nn.relu_grad_kernel": 9, "cupy.add": 9,      # the blocks' sums' gradients
+    "nn.adaptive_avg_pool_kernel": 1, "nn.adaptive_avg_pool_grad_kernel": 1, "nn.cross_entropy_kernel": 1,
+    "nn.sgd_kernel": 1, "cupy.copy": 23,                       # the 21 convs' and fc's 2 gradients into place
+}
+
+
+@pytest.fixture
+def gpu_tuner(monkeypatch):
+    tuner = autotune.simulated_gpu_tuner() if simulator_enabled() else autotune.default_tuner()
+    tuner.clear()
+    monkeypatch.setattr(tuner, "heuristics", IM2COL_FIRST)
+    yield tuner
+    tuner.clear()
+
+
+def test_a_resnet20_step_on_the_gpu_equals_the_cpu_step_within_the_launch_budget(gpu_tuner):
+    rng = np.random.default_rng(0)
+    x, labels = rng.standard_normal((2, 3, 8, 8)).astype(np.float32), np.array([3, 7])
+    results = {}
+    for device in ("cpu", "cuda"):
+        model = models.resnet20(seed=0).to(device).train()
+        opt = optim.SGD(model, lr=0.1, momentum=0.9, weight_decay=5e-4)
+        loss_fn = nn.CrossEntropyLoss().to(device)
+        inputs, targets = move(x, device), move(labels, device)
+        with count_ops() as ops:
+            loss = loss_fn(model(inputs), targets)
+            model.zero_grad()
+            model.backward(loss_fn.backward())
+            grads = {k: to_host(v).copy() for k, v in model.grad_dict().items()}
+            opt.step()
+        results[device] = float(loss), grads, {k: to_host(v) for k, v in model.state_dict().items()}, ops
+    (loss_cpu, grads_cpu, state_cpu, _), (loss_gpu, grads_gpu, state_gpu, ops) = results["cpu"], results["cuda"]
+    assert loss_gpu == pytest.approx(loss_cpu, rel=1e-6)
+    assert grads_gpu.keys() == grads_cpu.keys() and len(grads_cpu) == 65
+    for name, grad in grads_cpu.items():
+        np.testing.assert_allclose(grads_gpu[name], grad, rtol=1e-4, atol=1e-5, err_msg=name)
+    for name, value in state_cpu.items():
+        np.testing.assert_allclose(state_gpu[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
+    assert {k: v for k, v in ops.by_name.items() if k.startswith(("nn.", "cupy."))} == LAYER_OPS
+    assert ops.total <= 350
