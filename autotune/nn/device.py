@@ -18,6 +18,8 @@ import numpy as np
 
 from convalgos.arrays import is_cupy_array, require_gpu, simulator_enabled
 
+from ..graph import refuse_in_capture
+
 #: the devices a module can be on.
 DEVICES = ("cpu", "cuda")
 
@@ -56,8 +58,11 @@ def like(a: np.ndarray, x):
 
 
 def to_host(a) -> np.ndarray:
-    """A NumPy array of ``a`` (NumPy or CuPy)."""
-    return a.get() if is_cupy_array(a) else np.asarray(a)
+    """A NumPy array of ``a`` (NumPy, or CuPy: a copy to the host, which a CUDA graph's capture refuses)."""
+    if is_cupy_array(a):
+        refuse_in_capture("host", "a device array copied to the host")
+        return a.get()
+    return np.asarray(a)
 
 
 def mismatch(module, x) -> str | None:

@@ -9,6 +9,7 @@ import numpy as np
 
 from convalgos.gemm import matmul
 
+from . import gpu_layers
 from .module import Module, he_normal
 
 
@@ -35,15 +36,24 @@ class Linear(Module):
 
     def forward(self, x):
         self.save_for_backward(x)
+        self._count("cublas.gemm", *(("cupy.add",) if self.bias is not None else ()))
         y = matmul(x, self.weight.T.astype(x.dtype, copy=False))
         return y if self.bias is None else y + self.bias.astype(x.dtype, copy=False)
 
     def backward_from(self, saved, dy, input_grad):
         (x,) = saved
+        self._count("cublas.gemm", *(("cupy.sum",) if self.bias is not None else ()),
+                    *(("cublas.gemm",) if input_grad else ()))
         self.accumulate_grad("weight", matmul(dy.T, x.astype(dy.dtype, copy=False)))
         if self.bias is not None:
             self.accumulate_grad("bias", dy.sum(axis=0))
         return matmul(dy, self.weight.astype(dy.dtype, copy=False)) if input_grad else None
+
+    def _count(self, *names) -> None:
+        """On "cuda", count the array-module and cuBLAS calls a pass issues (``convalgos.cuda.count_ops``)."""
+        if self.device == "cuda":
+            for name in names:
+                gpu_layers.record(name)
 
     def extra_repr(self) -> str:
         return f"in_features={self.weight.shape[1]}, out_features={self.weight.shape[0]}"

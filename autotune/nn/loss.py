@@ -17,6 +17,7 @@ from convalgos.arrays import is_cupy_array
 from convalgos.interop import from_arrays, to_arrays
 
 from . import gpu_layers
+from ..graph import refuse_in_capture
 from .device import check_device, like, to_host
 
 
@@ -32,6 +33,7 @@ class DeviceLoss:
         self._value, self._bad, self._classes = value, bad, classes
 
     def item(self) -> float:
+        refuse_in_capture("host", "the loss read on the host")   # a device value here, in the simulator too
         bad = to_host(self._bad)
         if bad[0]:
             raise ValueError(f"labels must be class indices in [0, {self._classes}), got {bad[1]}")

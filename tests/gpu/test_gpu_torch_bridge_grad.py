@@ -63,12 +63,14 @@ def test_each_gpu_algorithms_gradients_are_as_close_to_float64_as_torchs(algo, r
     devices = None if ON_GPU else [SimulatedGpuDevice()]
     tuner, record = autotune.Tuner({algo: algorithm}, devices=devices), LayerRecord()
     ours = passes(x, w, dy, lambda x, w: at.conv2d(x, w, None, 1, 1, tuner=tuner, record=record))
-    # every pass through the dispatcher: none computed by torch's own conv instead
+    # every pass the algorithm has through the dispatcher; one it lacks (the fused Winograds' backward_filter)
+    # computed by torch's own conv, as the bridge promises where no algorithm serves a pass
+    has = [op for op in ("forward", "backward_data", "backward_filter") if algorithm.implements(op)]
     assert {op: (r.dispatched, r.by_torch) for op, r in record.passes.items()} == {
-        op: (1, 0) for op in ("forward", "backward_data", "backward_filter")}
+        op: (1, 0) if op in has else (0, 1) for op in ("forward", "backward_data", "backward_filter")}
     for op, mine, torchs, ref in zip(("forward", "backward_data", "backward_filter"), ours, theirs, reference):
         allowed = max(2 * error(torchs, ref), algorithm.tolerance_of(op, "float32"))
         assert error(mine, ref) <= allowed, (op, error(mine, ref), error(torchs, ref))
     table = list(tuner.dispatch_table())
-    assert {e.key.op for e in table} == {"forward", "backward_data", "backward_filter"}
+    assert {e.key.op for e in table} == set(has)
     assert all(e.algo == algo and e.key.device.startswith("cuda:") for e in table)
