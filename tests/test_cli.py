@@ -58,7 +58,10 @@ def test_cli_end_to_end_with_a_cold_then_warm_cache(tmp_path, model, batch):
     again = json.loads(warm.read_text())
     assert again["totals"]["keys_tuned"] == 0, second.stdout      # a warm cache times nothing
     assert again["totals"]["keys_reused"] == DISTINCT_CONVS[model]
-    assert [e.get("algo") for e in again["entries"]] == [e.get("algo") for e in doc["entries"]]
+    # the same choices, but for one timed under contention: that is re-timed on a later hit by design
+    # (``Tuner._confirm``), so a busy machine may confirm another algorithm
+    settled = [i for i, e in enumerate(doc["entries"]) if not e.get("contended")]
+    assert [again["entries"][i].get("algo") for i in settled] == [doc["entries"][i].get("algo") for i in settled]
 
 
 def test_no_benchmark_claims_no_tuning_json_to_stdout_and_plot(tmp_path):
