@@ -141,10 +141,10 @@ def filter_blocking(p: ConvParams) -> tuple[int, int]:
     DY_CACHE, then as many input channels as keep their row patches in PATCH_CACHE, fewer when that leaves
     under two items per thread."""
     threads, planes = get_num_threads(), p.S * p.stride[0]
-    images = max(1, min(p.N, DY_CACHE // (BLOCK * filter_length(p) * p.itemsize)))
+    images = max(1, min(p.N, DY_CACHE // (BLOCK * max(1, filter_length(p)) * p.itemsize)))
     per_channel = images * planes * patch_geometry(p)[1] * p.itemsize
     width = max(1, min(p.Cg, PATCH_CACHE // per_channel))
-    others = -(-p.N // images) * p.groups
+    others = max(1, -(-p.N // images) * p.groups)                      # items per channel block
     if others * -(-p.Cg // width) < 2 * threads:
         width = max(1, -(-p.Cg // -(-2 * threads // others)))
     return images, width
