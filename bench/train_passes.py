@@ -27,12 +27,15 @@ def main(argv=None) -> None:
     parser.add_argument("--algorithms", default=None, help="comma-separated (default: every one with the pass)")
     parser.add_argument("--out", default="bench/results/cpu-train-passes.md")
     args = parser.parse_args(argv)
-    os.environ["NUMBA_NUM_THREADS"] = str(args.threads)
+    os.environ["NUMBA_NUM_THREADS"] = str(args.threads)  # read when numba loads (a fresh process: python -m)
+    import convalgos                                      # first: see README "Import in any order"
+    import numba
     import numpy as np
-    import convalgos                                      # before torch: see README "Import in any order"
     import torch
     from convalgos import ConvParams
 
+    if numba.get_num_threads() != args.threads:          # numba was loaded before (a caller's process)
+        numba.set_num_threads(args.threads)
     torch.set_num_threads(args.threads)
     clock = time.thread_time if args.threads == 1 else time.perf_counter
 
