@@ -6,6 +6,7 @@ pytest.importorskip("torch")
 
 
 def test_one_round_writes_a_record_with_every_layer_and_the_sums(tmp_path, monkeypatch):
+    import convalgos  # noqa: F401 (first, as the bench does)
     import numba
     import torch
     from bench import train_passes
