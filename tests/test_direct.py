@@ -7,7 +7,7 @@ from hypothesis import strategies as st
 
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, reference
-from convalgos.direct.cpu import phase_plane, rows_per_item
+from convalgos.direct.cpu import filter_blocking, phase_plane, rows_per_item
 from convalgos.kernels.phases import data_phases, data_plane
 from convalgos.direct.kernels import used_phases
 from convalgos.kernels.blocks import BLOCK, channel_block, channel_blocks
@@ -172,6 +172,26 @@ def test_long_planes_span_several_items():
     check((1, 2, 112, 112), (2, 1, 3, 3), padding=1, groups=2)
 
 
+@pytest.mark.parametrize("x_shape, w_shape, kw", [
+    ((3, 13, 16, 16), (12, 13, 3, 3), dict(padding=1)),                      # flat shifted copies (Wo = W)
+    ((3, 13, 33, 37), (12, 13, 3, 3), dict(stride=2, padding=1)),            # stride-2 rows gathered by vectors
+    ((3, 12, 9, 40), (10, 6, 2, 3), dict(stride=(1, 2), dilation=(2, 1), padding=(1, 0), groups=2)),
+])
+def test_backward_filter_items_cut_images_and_channels(x_shape, w_shape, kw, monkeypatch):
+    """Row patches of a run of images and a block of channels per item: with the caches shrunk, each layer is
+    cut into several runs and channel blocks (the last of each short), and still agrees with the reference."""
+    from convalgos.direct import cpu
+    monkeypatch.setattr(cpu, "DY_CACHE", 1)
+    monkeypatch.setattr(cpu, "PATCH_CACHE", 1)
+    p = ConvParams.from_shapes(x_shape, w_shape, **kw)
+    assert filter_blocking(p) == (1, 1)
+    monkeypatch.setattr(cpu, "DY_CACHE", 2 * BLOCK * cpu.filter_length(p) * 4)
+    monkeypatch.setattr(cpu, "PATCH_CACHE", 5 * 2 * p.S * p.stride[0] * cpu.patch_geometry(p)[1] * 4)
+    images, width = filter_blocking(p)
+    assert images == 2 and p.N % images and width == 5 and p.Cg % width
+    check_backward("direct", x_shape, w_shape, **kw)
+
+
 LAYERS = [((2, 4, 15, 12), (8, 4, 3, 3), dict(padding=1)),
           ((2, 4, 15, 12), (8, 4, 3, 3), dict(stride=2, padding=(0, 1))),
           ((2, 4, 15, 12), (8, 2, 3, 3), dict(dilation=2, groups=2)),
@@ -200,14 +220,14 @@ def test_phase_plane_sizes():
 
 
 def test_flops_count_what_the_loops_do():
-    """Backward-filter runs over Ho rows of Wq (junk columns included) rounded up to whole vectors of L float32
-    (8, or 16 with AVX-512); forward over the same rows rounded up to
+    """Backward-filter runs over Ho*Wo outputs (no junk columns: its row patches have pitch Wo) rounded up to
+    whole vectors of L float32 (8, or 16 with AVX-512); forward over Ho rows of Wq rounded up to
     whole register blocks of T float32 outputs (two registers: 16, or 32 with AVX-512); backward-data at stride
     1 over H rows of the padded dy's pitch Wd with every tap, rounded up the same way."""
     p = ConvParams.from_shapes((2, 6, 9, 9), (4, 3, 3, 3), groups=2, padding=1)
     Wq, T = phase_plane(p)[1], 2 * REGISTER_BYTES // 4
     L = REGISTER_BYTES // 4
-    assert Wq == 11 and DIRECT.flops(p, "backward_filter") == 2 * 2 * 4 * 3 * (3 * 3) * -(-9 * Wq // L) * L
+    assert Wq == 11 and DIRECT.flops(p, "backward_filter") == 2 * 2 * 4 * 3 * (3 * 3) * -(-9 * 9 // L) * L
     assert DIRECT.flops(p) == 2 * 2 * 4 * 3 * (3 * 3) * -(-99 // T) * T      # 9 * 11 = 99 outputs per plane
     Wd = data_plane(p)[3]
     assert DIRECT.flops(p, "backward_data") == 2 * 2 * 6 * 2 * (3 * 3) * -(-9 * Wd // T) * T

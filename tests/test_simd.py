@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from convalgos.kernels.simd import REGISTER_BYTES, fma, lanes, load, splat, store, total, zeros
+from convalgos.kernels.simd import REGISTER_BYTES, evens, fma, lanes, load, splat, store, total, zeros
 
 
 @njit
@@ -55,3 +55,11 @@ def test_total_is_a_fixed_tree_of_adds(dtype):
         assert summed(x) == _tree_sum(x)
     ones = np.array([1e8] + [1] * (REGISTER_BYTES // 4 - 2) + [-1e8], np.float32)
     assert summed(ones) == _tree_sum(ones) == np.float32(0.0)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_evens_gathers_every_other_element(dtype):
+    n = REGISTER_BYTES // np.dtype(dtype).itemsize
+    x, out = np.arange(4 * n, dtype=dtype), np.zeros(n, dtype)
+    njit(lambda a, o, i: store(o, 0, evens(a, i)))(x, out, 3)
+    np.testing.assert_array_equal(out, x[3:3 + 2 * n:2])

@@ -40,27 +40,31 @@ phase's taps, through the same ``direct_rows``, written into the strided view of
 there is one phase with every tap: the flipped-kernel convolution above. Phases with no taps (input rows no
 output reads, cut off by the stride) are zero.
 
-Backward-filter is a dot per weight tap: with dy laid out at the phase pitch Wq (zero in the junk columns, and
-past Ho*Wq up to whole vectors, ``filter_plane``), dw[k, c, r, s] = sum_n dot(dyq[n, k], xq[n, g*Cg + c,
-offset(r, s):]) over the same polyphase copy as forward, with spare zero rows for the round-up
-(``filter_dots``). Register blocks of 4 channels x 3 taps: twelve accumulators, fed per vector step by four
-loads of dy and three of x. A work item is a run of images (as many as keep their dy and x in
-``FILTER_CACHE`` bytes) and a block of 4 channels; each thread sums its items into its own partial dw, and
-the partials are added in thread order: repeatable at a fixed thread count, no atomics.
+Backward-filter is a GEMM, dw[k, (c, r, s)] = sum over (n, i, j) of dy[n, k, i, j] * X[n, (c, r, s), (i, j)],
+whose reduction runs over the pixels (``filter_kernels``). X is never built whole: a work item (a run of
+images, a block of input channels) copies its **row patches** into the thread's own buffer, sized to stay in
+L2: plane (c, s, b) holds the zero-padded input at padded row a*sh + b, column j*sw + s*dw for a < Hr =
+Ho + (R-1)*dh//sh, j < Wo, so tap (c, r, s) reads plane (c, s, (r*dh) % sh) at offset ((r*dh)//sh)*Wo plus the
+output's flat index i*Wo + j: every stride and dilation, no junk columns, S*sh copies of the input rather
+than im2col's R*S. dy is read in place (or, when Ho*Wo is not a whole number of vectors, from a copy padded
+with zeros to one). Register tiles of BLOCK channels x 3 taps (24 accumulators with AVX-512): per vector
+step, three loads of the patches and BLOCK of dy feed 3 x BLOCK multiply-adds, over every image of the run,
+then the lanes are summed once. Each thread sums its items into its own partial dw, and the partials are
+added in thread order: repeatable at a fixed thread count, no atomics.
 
 FLOPs (``flops``, what the loops do, one multiply and one add per term): forward 2*N*K*Cg*R*S*Ho*Wq (the
 junk columns included, and each item's span rounded up to whole blocks, ``computed_outputs``; ``p.flops``
 counts Wo); backward-data 2*N*C*Kg*sum over phases of (taps * rows * Wd) rounded the same way (the padded
 zeros and junk columns included; at stride 1, about 2*N*C*Kg*R*S*H*Wd); backward-filter 2*K*Cg*R*S*N*length
-(``filter_plane``).
+(Ho*Wo rounded up to whole vectors, ``filter_length``).
 Padded taps are multiplied by zero, not skipped.
 
-Workspace (``workspace_bytes``): forward and backward-filter keep the phase planes, N*C*sh*sw*Hq*Wq elements
+Workspace (``workspace_bytes``): forward keeps the phase planes, N*C*sh*sw*Hq*Wq elements
 (Hq = Ho + (R-1)*dh//sh + 1 with one spare row that the junk columns of the last row read,
-Wq = Wo + (S-1)*dw//sw) plus one block of zeroed room, and the tap table (2*Cg*R*S int64); forward also a
-stage of 4 x ``rows_per_item`` * Wq elements (rounded up to a block) per thread; backward-filter the spare
-rows of each phase, dy at pitch Wq (N*K*length) and one partial dw (K*Cg*R*S) per thread. Backward-data
-keeps the padded dy (N*K*Hd*Wd, ``data_plane``) plus the room, one stage per thread, the per-phase weights
+Wq = Wo + (S-1)*dw//sw) plus one block of zeroed room, and the tap table (2*Cg*R*S int64), and a stage of
+BLOCK x ``rows_per_item`` * Wq elements (rounded up to a block) per thread. Backward-filter keeps, per
+thread, one item's row patches (``filter_blocking``) and one partial dw (K*Cg*R*S), the tap table, and the
+padded dy (N*K*length) when Ho*Wo is not whole vectors. Backward-data keeps the padded dy (N*K*Hd*Wd, ``data_plane``) plus the room, one stage per thread, the per-phase weights
 (K*Cg*R*S) and tap tables (2*Kg*R*S int64).
 
 Constraints: none. float32 and float64 are each compiled; float16 is computed in float32 by ``convalgos.run``.
@@ -76,13 +80,17 @@ from ..kernels.phases import data_phases, data_plane
 from ..kernels.simd import REGISTER_BYTES
 from ..params import ConvParams
 from ..registry import Algorithm
-from .kernels import direct_rows, filter_dots, phase_weights, split_phases, tap_table, used_phases
+from .filter_kernels import filter_patches, patch_taps
+from .kernels import direct_rows, phase_weights, split_phases, tap_table, used_phases
 from .shared import TOLERANCE
 
 #: output elements per channel of one work item (a block of whole output rows): 8 KiB float32 per channel.
 SEGMENT = 2048
-#: bytes of dy and x one backward-filter item keeps in cache over all its taps (half of a 512 KiB L2).
-FILTER_CACHE = 256 * 1024
+#: bytes of one backward-filter item's row patches, streamed from L2 once per channel block (a quarter of a
+#: 1 MiB L2: Zen 4/5, Skylake-SP and later Xeons have 1-2 MiB).
+PATCH_CACHE = 256 * 1024
+#: bytes of the dy rows of one backward-filter register tile (BLOCK channels x the item's images), kept in L1.
+DY_CACHE = 16 * 1024
 
 
 def phase_plane(p: ConvParams) -> tuple[int, int]:
@@ -114,21 +122,32 @@ def stage_bytes(p: ConvParams, rows: int, pitch: int) -> int:
     return get_num_threads() * BLOCK * (-(-rows * pitch // T) * T) * p.itemsize
 
 
-def filter_plane(p: ConvParams) -> tuple[int, int]:
-    """Backward-filter's (length, Hq): each dot's length, Ho*Wq rounded up to whole vectors (dy is zero past
-    Ho*Wq, so no tap needs a scalar tail: on 8x8 outputs of pitch 9 the tail took two thirds of the time), and
-    the phase rows that keep every tap's read of that length inside its own zeroed phase (Hq plus the rows the
-    round-up reaches)."""
-    (Ho, _), (Hq, Wq), L = p.out_hw, phase_plane(p), REGISTER_BYTES // p.itemsize
-    length = -(-Ho * Wq // L) * L
-    return length, Hq + -(-(length - Ho * Wq) // Wq)
+def filter_length(p: ConvParams) -> int:
+    """Backward-filter's reduction per image: Ho*Wo rounded up to whole vectors (dy is zero past Ho*Wo)."""
+    L = REGISTER_BYTES // p.itemsize
+    return -(-p.out_hw[0] * p.out_hw[1] // L) * L
 
 
-def filter_images(p: ConvParams) -> int:
-    """Images per backward-filter item: as many as keep a block's dy and the group's x in FILTER_CACHE bytes."""
-    (sh, sw), (Hq, Wq) = p.stride, phase_plane(p)
-    per_image = (4 * p.out_hw[0] * Wq + p.Cg * sh * sw * Hq * Wq) * p.itemsize
-    return max(1, min(p.N, FILTER_CACHE // per_image))
+def patch_geometry(p: ConvParams) -> tuple[int, int]:
+    """(Hr, pitch): rows of one row-patch plane of backward-filter and its length (Hr*Wo, then zeros so that
+    every tap's read of ``filter_length`` stays in its own plane)."""
+    (Ho, Wo), (sh, _), (dh, _) = p.out_hw, p.stride, p.dilation
+    Hr = Ho + (p.R - 1) * dh // sh
+    return Hr, (Hr - Ho) * Wo + filter_length(p)
+
+
+def filter_blocking(p: ConvParams) -> tuple[int, int]:
+    """(images, channels) of one backward-filter item: as many images as keep a register tile's dy rows in
+    DY_CACHE, then as many input channels as keep their row patches in PATCH_CACHE, fewer when that leaves
+    under two items per thread."""
+    threads, planes = get_num_threads(), p.S * p.stride[0]
+    images = max(1, min(p.N, DY_CACHE // (BLOCK * max(1, filter_length(p)) * p.itemsize)))
+    per_channel = images * planes * patch_geometry(p)[1] * p.itemsize
+    width = max(1, min(p.Cg, PATCH_CACHE // per_channel))
+    others = max(1, -(-p.N // images) * p.groups)                      # items per channel block
+    if others * -(-p.Cg // width) < 2 * threads:
+        width = max(1, -(-p.Cg // -(-2 * threads // others)))
+    return images, width
 
 
 def data_rows(p: ConvParams) -> int:
@@ -150,9 +169,10 @@ class Direct(Algorithm):
         if op == "forward":
             return phases * p.itemsize + stage_bytes(p, rows_per_item(p), Wq) + table
         if op == "backward_filter":
-            length, Hf = filter_plane(p)
-            partial = get_num_threads() * p.K * p.Cg * p.R * p.S
-            return (phases + p.N * p.C * sh * sw * (Hf - Hq) * Wq + p.N * p.K * length + partial) * p.itemsize + table
+            (images, width), length, pitch = filter_blocking(p), filter_length(p), patch_geometry(p)[1]
+            padded = p.N * p.K * length if length != p.out_hw[0] * p.out_hw[1] else 0
+            per_thread = images * width * p.S * sh * pitch + p.K * p.Cg * p.R * p.S
+            return (get_num_threads() * per_thread + padded) * p.itemsize + table
         _, _, Hd, Wd = data_plane(p)
         elements = p.N * p.K * Hd * Wd + slack + p.K * p.Cg * p.R * p.S
         return elements * p.itemsize + stage_bytes(p, data_rows(p), Wd) + 2 * p.Kg * p.R * p.S * 8
@@ -162,7 +182,7 @@ class Direct(Algorithm):
         if op == "forward":
             return 2 * p.N * p.K * p.Cg * p.R * p.S * computed_outputs(Ho, rows_per_item(p), Wq, p.itemsize)
         if op == "backward_filter":
-            return 2 * p.N * p.K * p.Cg * p.R * p.S * filter_plane(p)[0]
+            return 2 * p.N * p.K * p.Cg * p.R * p.S * filter_length(p)
         Wd, rows = data_plane(p)[3], data_rows(p)
         terms = sum(rt.size * st.size * computed_outputs(Ha, rows, Wd, p.itemsize)
                     for (_, rt, _, Ha), (_, st, _, Wa) in data_phases(p) if Wa > 0)
@@ -203,20 +223,25 @@ class Direct(Algorithm):
             start += n_taps
 
     def backward_filter(self, x, dy, p: ConvParams, out) -> None:
-        (Ho, _), Wq, (length, Hf) = p.out_hw, phase_plane(p)[1], filter_plane(p)
-        xq, taps = self._phases_and_taps(x, p, Hf)
-        dyq = self.workspace.get("direct.dy_pitched", (p.N, p.K, length), x.dtype)
-        split_phases(dy, 0, 0, 1, 1, Ho, Wq, dyq)              # writes the first Ho*Wq of each plane
-        dyq[:, :, Ho * Wq:] = 0.0
-        partial = self.workspace.get("direct.filter_partial", (get_num_threads(), p.K, p.Cg * p.R * p.S), x.dtype)
-        filter_dots(xq, dyq, taps, p.Cg, length, filter_images(p), partial)
+        (Ho, Wo), ((top, _), (left, _)), length = p.out_hw, p.padding, filter_length(p)
+        (images, width), (Hr, pitch), threads = filter_blocking(p), patch_geometry(p), get_num_threads()
+        taps = self.workspace.get("direct.patch_taps", (2, p.Cg * p.R * p.S), np.int64)
+        patch_taps(p.R, p.S, p.stride[0], p.dilation[0], Wo, taps)
+        dyv = dy.reshape(p.N, p.K, Ho * Wo)
+        if length != Ho * Wo:                                  # padded with zeros to whole vectors
+            dyv = self.workspace.get("direct.dy_padded", (p.N, p.K, length), x.dtype)
+            split_phases(dy, 0, 0, 1, 1, Ho, Wo, dyv)
+            dyv[:, :, Ho * Wo:] = 0.0
+        patches = self.workspace.get("direct.patches", (threads, width * p.S * p.stride[0], images * pitch), x.dtype)
+        partial = self.workspace.get("direct.filter_partial", (threads, p.K, p.Cg * p.R * p.S), x.dtype)
+        filter_patches(x, dyv.reshape(-1), taps, p.R, p.S, p.stride + p.dilation, top, left, Hr, Wo, pitch, images,
+                       width, patches, partial)
         np.sum(partial, axis=0, out=out.reshape(p.K, -1))
 
-    def _phases_and_taps(self, x, p: ConvParams, Hq: int | None = None):
-        """The polyphase zero-padded copy of x (``split_phases``; phases of Hq rows, ``phase_plane``'s unless
-        given) and the tap table of its offsets."""
-        (sh, sw), (dh, dw), ((top, _), (left, _)), (Hp, Wq) = p.stride, p.dilation, p.padding, phase_plane(p)
-        Hq = Hp if Hq is None else Hq
+    def _phases_and_taps(self, x, p: ConvParams):
+        """The polyphase zero-padded copy of x (``split_phases``, ``phase_plane``) and the tap table of its
+        offsets."""
+        (sh, sw), (dh, dw), ((top, _), (left, _)), (Hq, Wq) = p.stride, p.dilation, p.padding, phase_plane(p)
         taps = self.workspace.get("direct.taps", (2, p.Cg * p.R * p.S), np.int64)
         tap_table(p.R, p.S, sh, sw, dh, dw, Hq, Wq, taps)
         xq = self._planes("direct.phases", p.N, p.C, sh * sw * Hq * Wq, x.dtype)

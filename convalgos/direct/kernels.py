@@ -1,12 +1,13 @@
 """The Numba loop nests of ``direct`` (see cpu.py for the maths): the polyphase padded copy, the tap table,
-the register-blocked accumulation of output rows (``simd``), and backward-filter's contiguous dots."""
+and the register-blocked accumulation of output rows (``simd``); backward-filter's are in filter_kernels.py."""
 from __future__ import annotations
 
 from numba import njit, prange
 
 from ..kernels.blocks import BLOCK, channel_block, channel_blocks, register_block
 from ..kernels.loops import copy_strided, share
-from ..kernels.simd import fma, lanes, load, splat, store, total, zeros
+from ..kernels.simd import lanes
+
 
 @njit(cache=True, inline="always")
 def _col_range(p, left, sw, W, Wq):
@@ -118,77 +119,3 @@ def direct_rows(xq, w, taps, Cg, rows, Wq, stage, out):
                     orow, srow = out[n, k0 + kk, i0 + i], stage[thread, kk, i * Wq:]
                     for j in range(Wo):
                         orow[j] = srow[j]
-
-
-@njit(cache=True, inline="always")
-def _filter_block(xq, dyq, taps, n0, n1, c0, k0, q, length, part):
-    """part[k0 + kk, q + j] += sum over images n0 <= n < n1 of sum_{t < length} dyq[n, k0 + kk, t] *
-    xq[n, c0 + taps[0, q + j], taps[1, q + j] + t] for kk < 4 and j < 3 (length: whole vectors): a register
-    block of 4 channels x 3 taps, twelve accumulators over the images' dy (four loads of dy and three of x feed
-    twelve multiply-adds); lanes summed once at the end."""
-    L = lanes(part)
-    oa, ob, oc = taps[1, q], taps[1, q + 1], taps[1, q + 2]
-    r0a, r0b, r0c, r1a, r1b, r1c = zeros(part), zeros(part), zeros(part), zeros(part), zeros(part), zeros(part)
-    r2a, r2b, r2c, r3a, r3b, r3c = zeros(part), zeros(part), zeros(part), zeros(part), zeros(part), zeros(part)
-    for n in range(n0, n1):
-        d0, d1, d2, d3 = dyq[n, k0], dyq[n, k0 + 1], dyq[n, k0 + 2], dyq[n, k0 + 3]
-        pa, pb, pc = xq[n, c0 + taps[0, q]], xq[n, c0 + taps[0, q + 1]], xq[n, c0 + taps[0, q + 2]]
-        for t in range(0, length, L):
-            xa, xb, xc = load(pa, oa + t), load(pb, ob + t), load(pc, oc + t)
-            v = load(d0, t)
-            r0a, r0b, r0c = fma(v, xa, r0a), fma(v, xb, r0b), fma(v, xc, r0c)
-            v = load(d1, t)
-            r1a, r1b, r1c = fma(v, xa, r1a), fma(v, xb, r1b), fma(v, xc, r1c)
-            v = load(d2, t)
-            r2a, r2b, r2c = fma(v, xa, r2a), fma(v, xb, r2b), fma(v, xc, r2c)
-            v = load(d3, t)
-            r3a, r3b, r3c = fma(v, xa, r3a), fma(v, xb, r3b), fma(v, xc, r3c)
-    for kk, (ra, rb, rc) in enumerate(((r0a, r0b, r0c), (r1a, r1b, r1c), (r2a, r2b, r2c), (r3a, r3b, r3c))):
-        part[k0 + kk, q] += total(ra)
-        part[k0 + kk, q + 1] += total(rb)
-        part[k0 + kk, q + 2] += total(rc)
-
-
-@njit(cache=True, inline="always")
-def _filter_dot(xq, dyq, taps, n0, n1, c0, k, q, length, part):
-    """part[k, q] += sum over images n0 <= n < n1 of sum_{t < length} dyq[n, k, t] * xq[n, c0 + taps[0, q],
-    taps[1, q] + t] (the channels and taps ``_filter_block`` leaves over; length: whole vectors)."""
-    L = lanes(part)
-    at, acc = taps[1, q], zeros(part)
-    for n in range(n0, n1):
-        d, plane = dyq[n, k], xq[n, c0 + taps[0, q]]
-        for t in range(0, length, L):
-            acc = fma(load(d, t), load(plane, at + t), acc)
-    part[k, q] += total(acc)
-
-
-@njit(parallel=True, cache=True)
-def filter_dots(xq, dyq, taps, Cg, length, images, partial):
-    """partial[thread, k, q] = thread's share of sum over n of sum_{t < length} dyq[n, k, t] *
-    xq[n, g*Cg + taps[0, q], taps[1, q] + t], with g = k // Kg: backward-filter, each weight tap a contiguous
-    dot per image (dyq: dy at xq's pitch Wq, zero in the junk columns and past Ho*Wq; length a whole number of
-    vectors, every read of xq inside its phase). One item is a run of ``images`` images
-    and a block of four channels of a group (or one, ``channel_block``): the run's dy and x stay in cache while
-    every tap of the block is summed, three taps at a time. Each thread sums its items in order into its own
-    partial; the caller adds the partials in thread order (repeatable at a fixed thread count)."""
-    N, C = xq.shape[0], xq.shape[1]
-    n_threads, K, n_taps = partial.shape
-    Kg = K // (C // Cg)
-    blocks = channel_blocks(Kg, 4)
-    runs = (N + images - 1) // images
-    n_items = runs * (C // Cg) * blocks
-    for thread in prange(n_threads):
-        part = partial[thread]
-        part[...] = 0.0
-        start, stop = share(n_items, thread, n_threads)
-        for item in range(start, stop):
-            run, g, b = item // ((C // Cg) * blocks), (item // blocks) % (C // Cg), item % blocks
-            n0, n1 = run * images, min(N, (run + 1) * images)
-            first, width = channel_block(Kg, b, 4)
-            k0, c0 = g * Kg + first, g * Cg
-            whole = n_taps - n_taps % 3 if width == 4 else 0
-            for q in range(0, whole, 3):
-                _filter_block(xq, dyq, taps, n0, n1, c0, k0, q, length, part)
-            for kk in range(width):
-                for q in range(whole, n_taps):
-                    _filter_dot(xq, dyq, taps, n0, n1, c0, k0 + kk, q, length, part)

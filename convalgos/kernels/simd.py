@@ -17,6 +17,8 @@ The operations, all for a 1-D array ``a`` of float32 or float64 and an element i
     store(a, i, v)    a[i : i + lanes] = v
     splat(a, i)       a[i] in every lane (a broadcast load)
     fma(u, v, acc)    u * v + acc, lane by lane, one rounding (llvm.fma)
+    evens(a, i)       a[i], a[i + 2], ..., a[i + 2*lanes - 2] as a Vec: one load of 2*lanes elements, then the even
+                      lanes (a stride-2 gather, for polyphase copies)
     total(v)          the sum of v's lanes, as a fixed tree: the upper half added to the lower half, lane by
                       lane, until one lane is left (log2(lanes) shuffles and adds; deterministic)
 
@@ -133,6 +135,20 @@ def fma(typingctx, u, v, acc):
         function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector_type, [vector_type] * 3), name)
         return builder.call(function, args)
     return u(u, v, acc), codegen
+
+
+@intrinsic
+def evens(typingctx, a, i):
+    vec = Vec(a.dtype)
+
+    def codegen(context, builder, sig, args):
+        lane = context.get_value_type(a.dtype)
+        pointer = _element_pointer(context, builder, sig.args[0], args[0], args[1])
+        pair = builder.load(builder.bitcast(pointer, ir.VectorType(lane, 2 * vec.lanes).as_pointer()),
+                            align=a.dtype.bitwidth // 8)
+        mask = ir.Constant(ir.VectorType(ir.IntType(32), vec.lanes), list(range(0, 2 * vec.lanes, 2)))
+        return builder.shuffle_vector(pair, ir.Constant(pair.type, ir.Undefined), mask)
+    return vec(a, i), codegen
 
 
 @intrinsic
