@@ -13,6 +13,9 @@ from convalgos.arrays import simulator_enabled
 
 #: the prefix of a job's protocol lines on stdout (anything else a library prints there is ignored).
 MARK = "@@gpu_check "
+#: the interpreter's thread switch interval under the simulator (seconds): its ``syncthreads`` is a barrier of
+#: Python threads, each wait up to one interval (5 ms by default), so block reductions crawl at the default.
+SIM_SWITCH_INTERVAL = 1e-4
 #: the tuner's race under the simulator, where a run costs ~1 ms per simulated thread: one timed run each.
 SIM_RACE = dict(min_runs=1, max_runs=1, time_budget=0.0)
 #: test hook: "ALGO:sticky" makes ALGO's check job raise a CUDA-like error and find the context dead (as after
@@ -55,6 +58,8 @@ class Device:
     def __init__(self):
         from autotune.devices import GpuDevice, SimulatedGpuDevice
         self.simulated = simulator_enabled()
+        if self.simulated:                   # this process is the check's own: quick barriers (SIM_SWITCH_INTERVAL)
+            sys.setswitchinterval(SIM_SWITCH_INTERVAL)
         self.tuner_device = SimulatedGpuDevice() if self.simulated else GpuDevice()
         self.xp, self.timer = self.tuner_device.xp, self.tuner_device.timer
         self.race = SIM_RACE if self.simulated else {}

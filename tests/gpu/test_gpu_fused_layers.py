@@ -7,7 +7,6 @@ import pytest
 
 from autotune import nn, optim
 from autotune.nn.activation import relu_backward
-from barriers import quick_barriers  # noqa: F401 - autouse: the simulator's barriers made quick
 from gpu_arrays import device, host
 
 SHAPE = (3, 5, 7, 5)

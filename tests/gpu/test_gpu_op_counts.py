@@ -6,7 +6,6 @@ import numpy as np
 import pytest
 
 from autotune import nn, optim
-from barriers import quick_barriers  # noqa: F401 - autouse: the simulator's barriers made quick
 from convalgos.cuda import count_ops
 from gpu_arrays import device
 

@@ -11,7 +11,6 @@ import autotune
 from autotune import models, nn, optim
 from autotune.heuristics import Heuristics
 from autotune.nn.device import move, to_host
-from barriers import quick_barriers  # noqa: F401 - autouse: the simulator's barriers made quick
 from convalgos.arrays import simulator_enabled
 from convalgos.cuda import count_ops
 
