@@ -4,7 +4,7 @@
     >>> net = models.resnet20(); net.train()
     >>> opt = optim.SGD(net, lr=0.1, momentum=0.9, weight_decay=5e-4)
     >>> loss_fn = nn.CrossEntropyLoss()
-    >>> loss = loss_fn(net(x), labels)                       # a float
+    >>> loss = loss_fn(net(x), labels)                       # a float (on "cuda" a DeviceLoss: float(loss) reads it)
     >>> net.zero_grad(); net.backward(loss_fn.backward()); opt.step()
     >>> grads = net.grad_dict()                              # torch parameter name -> gradient array
 
