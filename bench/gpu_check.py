@@ -85,6 +85,11 @@ def summary(run: stages.Run) -> list[str]:
             lines.append(f"{net['model']} b{net['batch']}: autotuned / torch cuDNN {step['autotuned'] / torch[0]:.2f}x "
                          f"per step (target <= 3), {forward['autotuned'] / torch[1]:.2f}x per forward pass "
                          f"(target <= 2)")
+            if "graphed" in step:
+                lines.append(f"{net['model']} b{net['batch']}: graphed / torch's eager cuDNN "
+                             f"{step['graphed'] / torch[0]:.2f}x per step (target <= 1.0), "
+                             f"{forward['graphed'] / torch[1]:.2f}x per forward pass; graphed / eager autotuned "
+                             f"{step['graphed'] / step['autotuned']:.2f}x per step")
     for profile in run.profiles:
         sides = profile["sides"]
         cells = [f"{side} {r['kernels']:.0f} kernels ({r['gpu_ms']:.2f} ms of GPU time in {r['wall_ms']:.2f} ms, "

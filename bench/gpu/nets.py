@@ -6,7 +6,10 @@ The autotuned model's first step tunes every pass of every layer (its seconds ar
 steps and forward passes of the three are timed in interleaved rounds between CUDA events. The first step's
 loss of each is reported too: the same weights and batch give the same loss on every side, within rounding.
 Then where each side's step spends its time (``step_profile.py``): kernels, GPU time, wall time, GPU busy.
-Under the simulator a tiny model stands in (no torch there), to exercise the code path.
+A fourth side, "graphed", is the autotuned model's step and forward pass each replayed as one CUDA graph
+(``autotune.cuda_graph``: the same model, optimiser and tuner, its labels on the device); a capture the graph
+refuses is reported with its reason and the side left out. Under the simulator a tiny model stands in (no torch
+there), to exercise the code path (the graph runs eagerly there).
 """
 from __future__ import annotations
 
@@ -14,7 +17,7 @@ import time
 
 import numpy as np
 
-from autotune import Tuner, models, nn, optim
+from autotune import CaptureError, Tuner, cuda_graph, models, nn, optim
 from autotune.measure import interleaved, median
 
 from .common import Device, emit, short_error
@@ -46,16 +49,48 @@ class Side:
         self.loss_fn = nn.CrossEntropyLoss()
 
     def step(self) -> float:
+        return self.train_step(self.x, self.labels)
+
+    def forward(self) -> None:
+        self.eval_forward(self.x)
+
+    def train_step(self, x, labels):
         self.model.train()
-        loss = self.loss_fn(self.model(self.x), self.labels)
+        loss = self.loss_fn(self.model(x), labels)
         self.model.zero_grad()
         self.model.backward(self.loss_fn.backward())
         self.opt.step()
         return loss
 
-    def forward(self) -> None:
+    def eval_forward(self, x):
         self.model.eval()
-        self.model(self.x)
+        return self.model(x)
+
+
+class GraphedSide:
+    """``side``'s step and forward pass, each replayed as one CUDA graph (its model, optimiser and tuner: two
+    optimisers over one model would each lay its parameters out flat), the labels on the device."""
+
+    def __init__(self, side: Side, tuner, dev: Device):
+        self.side, self.labels = side, dev.asarray(side.labels)
+        self.graphed_step = cuda_graph(side.train_step, tuners=[tuner])
+        self.graphed_forward = cuda_graph(side.eval_forward, tuners=[tuner])
+
+    def step(self):
+        return self.graphed_step(self.side.x, self.labels)
+
+    def forward(self) -> None:
+        self.graphed_forward(self.side.x)
+
+    def captured(self) -> str | None:
+        """Run each graph until it replays (eager, capture, replay); why not, when a capture is refused."""
+        try:
+            for _ in range(3):
+                self.step()
+                self.forward()
+        except CaptureError as e:
+            return str(e)
+        return None
 
 
 class TorchSide:
@@ -128,6 +163,12 @@ def run_net(name: str, batch: int, size: int) -> None:
             losses[label] = float(side.step())                      # a GPU loss stays on the device until read
     emit("tuned", model=name, batch=batch, size=size, tuning_s=tuning, losses=losses,
          keys=len(list(tuner.dispatch_table())), choices=_choices(tuner))
+    graphed = GraphedSide(sides["autotuned"], tuner, dev)
+    refused = graphed.captured()
+    if refused:
+        emit("note", text=f"no graphed side: {refused}")
+    else:
+        sides["graphed"] = graphed
     rounds, least = (1, 0.0) if dev.simulated else (ROUNDS, MIN_SECONDS)
     row = dict(model=name, batch=batch, size=size, tuning_s=tuning, losses=losses,
                tf32=getattr(sides.get("torch cuDNN"), "tf32", None))
@@ -138,7 +179,8 @@ def run_net(name: str, batch: int, size: int) -> None:
         samples = interleaved(calls, rounds, timer=dev.timer, warmup=0, min_seconds=least)
         row[f"{what}_ms"] = {label: 1e3 * median(s) for label, s in samples.items()}
     emit("row", **row)
-    emit("profile", model=name, batch=batch, sides=profile_sides(sides, dev, ours=("autotuned", "heuristic")))
+    emit("profile", model=name, batch=batch,
+         sides=profile_sides(sides, dev, ours=("autotuned", "heuristic", "graphed")))
 
 
 def _choices(tuner) -> dict:
