@@ -2,6 +2,7 @@
 interleaved rounds: the micro-benchmark behind bench.train's conv columns, one pass at a time.
 
     python -m bench.train_passes --passes backward_filter --threads 1        # -> bench/results/cpu-train-passes.md
+    python -m bench.train_passes --orders numpy,torch,convalgos              # each first import, fresh processes
 
 Each layer's candidates and torch (``conv2d``, ``torch.nn.grad.conv2d_input``, ``conv2d_weight``) run round
 after round in one process, so a drift of the machine hits every column alike; the median per column is
@@ -9,14 +10,24 @@ reported, and the net's sum weights each layer by how often it occurs (an algori
 no sum; "best" takes each layer's fastest of ours, as benchmark mode would). With one thread the clock is the
 thread's CPU time (``time.thread_time``): on a machine shared with other work it leaves out the time the
 thread waited for a core, which wall time at two threads cannot. The machine's CPU, load average and the
-settings are written beside the figures.
+settings are written beside the figures. A user's program imports numpy (or torch) first, which decides how the
+thread pools wait (README, "Import in any order"): ``--orders`` runs each first import in a fresh process and
+writes one record, the sums of every order first, then each order's tables.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
+import json
 import os
 import platform
+import subprocess
+import sys
+import tempfile
 import time
+
+#: the modules a process may import first (``--first``)
+FIRST = ("numpy", "torch", "convalgos")
 
 
 def main(argv=None) -> None:
@@ -26,9 +37,16 @@ def main(argv=None) -> None:
     parser.add_argument("--rounds", type=int, default=15)
     parser.add_argument("--algorithms", default=None, help="comma-separated (default: every one with the pass)")
     parser.add_argument("--out", default="bench/results/cpu-train-passes.md")
+    parser.add_argument("--first", choices=FIRST, default="convalgos", help="the module this process imports first")
+    parser.add_argument("--sums", default=None, help="also write each net's sums as JSON here (a child's job)")
+    parser.add_argument("--orders", default=None, help="comma-separated first imports, each in a fresh process, "
+                                                       "one record (default: this process, --first)")
     args = parser.parse_args(argv)
+    if args.orders:
+        return run_orders(args)
     os.environ["NUMBA_NUM_THREADS"] = str(args.threads)  # read when numba loads (a fresh process: python -m)
-    import convalgos                                      # first: see README "Import in any order"
+    importlib.import_module(args.first)                  # a user's order: see README "Import in any order"
+    import convalgos
     import numba
     import numpy as np
     import torch
@@ -65,7 +83,8 @@ def main(argv=None) -> None:
              f"--passes {args.passes} --threads {args.threads} --rounds {args.rounds}"
              f"{' --algorithms ' + args.algorithms if args.algorithms else ''}`; clock: "
              f"{'thread CPU time' if args.threads == 1 else 'wall time'}; median ms of {args.rounds} interleaved "
-             f"rounds (two calls each), convalgos imported first; Python {platform.python_version()}.", ""]
+             f"rounds (two calls each), {args.first} imported first; Python {platform.python_version()}.", ""]
+    summary = {}
     for op in args.passes.split(","):
         for net, layers in nets.items():
             names = [a.name for a in convalgos.ALGORITHMS.values() if a.implements(op)
@@ -96,9 +115,50 @@ def main(argv=None) -> None:
                 lines.append(f"| {label} | {count} | " + " | ".join(cells) + f" | {med['torch']:.3f} | "
                              f"{best / med['torch']:.2f} |")
                 print(lines[-1], flush=True)
-            lines += [f"| **summed** | | " + " | ".join("-" if sums[n] != sums[n] else f"{sums[n]:.2f}" for n in names) + f" | {sums['torch']:.2f} | "
+            summary[f"{op}, {net}"] = {"best": sums["best"], "torch": sums["torch"]}
+            summed = ["-" if sums[n] != sums[n] else f"{sums[n]:.2f}" for n in names]
+            lines += ["| **summed** | | " + " | ".join(summed) + f" | {sums['torch']:.2f} | "
                       f"**{sums['best'] / sums['torch']:.2f}** |", ""]
     lines.append(f"Load average after: {os.getloadavg()[0]:.1f}.")
+    with open(args.out, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    if args.sums:
+        with open(args.sums, "w") as f:
+            json.dump(summary, f)
+    print(f"wrote {args.out}")
+
+
+def run_orders(args) -> None:
+    """Each order of ``args.orders`` in a fresh process (``--first``), then one record: the sums of every order
+    side by side, then each order's own tables."""
+    orders = args.orders.split(",")
+    unknown = [o for o in orders if o not in FIRST]
+    if unknown:
+        raise SystemExit(f"--orders must name modules of {FIRST}, got {unknown}")
+    base = ["--passes", args.passes, "--threads", str(args.threads), "--rounds", str(args.rounds),
+            *(["--algorithms", args.algorithms] if args.algorithms else [])]
+    texts, sums = {}, {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for order in orders:
+            out = os.path.join(tmp, f"{order}.md")
+            subprocess.run([sys.executable, "-m", "bench.train_passes", *base, "--first", order, "--out", out,
+                            "--sums", out + ".json"], check=True)
+            texts[order] = open(out).read()
+            sums[order] = json.load(open(out + ".json"))
+    first = texts[orders[0]].splitlines()
+    lines = [first[0] + ", in each import order", "",
+             f"Each order in its own fresh process, one after the other (a drift of the machine between them reads "
+             f"as an order's effect); each process's settings below its heading. Sums: ours (best per layer) / "
+             f"torch's, ms.", "", "| pass, net | " + " | ".join(f"{o} first" for o in orders) + " |",
+             "|---" * (len(orders) + 1) + "|"]
+    for key in sums[orders[0]]:
+        cells = [f"{sums[o][key]['best']:.2f} / {sums[o][key]['torch']:.2f} = "
+                 f"**{sums[o][key]['best'] / sums[o][key]['torch']:.2f}**" for o in orders]
+        lines.append(f"| {key} | " + " | ".join(cells) + " |")
+    for order in orders:
+        body = texts[order].splitlines()[1:]
+        lines += ["", f"## {order} imported first", *[("#" + line if line.startswith("## ") else line)
+                                                       for line in body]]
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
     print(f"wrote {args.out}")
