@@ -120,6 +120,8 @@ def main(argv=None) -> int:
     report = Report(out, "GPU check" + (" (Numba CUDA simulator)" if args.simulate else ""))
     report.line(f"Command: python -m bench.gpu_check {' '.join(argv if argv is not None else sys.argv[1:])}; "
                 f"time budget {args.budget:.0f} s.")
+    report.line("Import order: every job is a fresh process that imports numpy first (bench/gpu/common.py), then "
+                "convalgos, and torch last where it is used: a user's order. Other orders are not timed here.")
     run = stages.Run(report, args.simulate, args.budget)
     print(f"writing {out}")
     if not stages.preflight(run):
