@@ -17,8 +17,12 @@ import pytest
 SIM_SWITCH_INTERVAL = 1e-4
 
 
+def _simulated() -> bool:
+    return os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0")
+
+
 def _gpu_side_runs() -> bool:
-    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") not in ("", "0"):
+    if _simulated():
         return True
     from convalgos.arrays import gpu_available
     return gpu_available()
@@ -31,10 +35,27 @@ if not _gpu_side_runs():
 @pytest.fixture(autouse=True, scope="session")
 def quick_barriers():
     """The simulator's barriers made quick for the whole run (SIM_SWITCH_INTERVAL); nothing on a GPU."""
-    if os.environ.get("NUMBA_ENABLE_CUDASIM", "0") in ("", "0"):
+    if not _simulated():
         yield
         return
     saved = sys.getswitchinterval()
     sys.setswitchinterval(SIM_SWITCH_INTERVAL)
     yield
     sys.setswitchinterval(saved)
+
+
+@pytest.fixture
+def gpu_tuner(monkeypatch):
+    """The Tuner a conv on "cuda" dispatches through (the simulated GPU's, or the default one on hardware), with
+    one rule, im2col first (the simulator's cheapest: its GEMMs are NumPy's matmul there, cuBLAS's on hardware);
+    its table cleared and its graph mode restored after."""
+    import autotune
+    from autotune.heuristics import Heuristics
+    tuner = autotune.simulated_gpu_tuner() if _simulated() else autotune.default_tuner()
+    tuner.clear()
+    monkeypatch.setattr(tuner, "heuristics", Heuristics({"rules": [
+        {"name": "im2col first (the simulator's cheapest)", "when": {}, "order": ["im2col"]}]}))
+    graph_mode = tuner.graph_mode
+    yield tuner
+    tuner.graph_mode = graph_mode
+    tuner.clear()

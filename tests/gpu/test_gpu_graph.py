@@ -8,22 +8,8 @@ import pytest
 
 import autotune
 from autotune import nn, optim
-from autotune.heuristics import Heuristics
 from autotune.nn.device import move, to_host
-from convalgos.arrays import simulator_enabled
 
-IM2COL_FIRST = Heuristics({"rules": [{"name": "im2col first", "when": {}, "order": ["im2col"]}]})
-
-
-@pytest.fixture
-def gpu_tuner(monkeypatch):
-    tuner = autotune.simulated_gpu_tuner() if simulator_enabled() else autotune.default_tuner()
-    tuner.clear()
-    monkeypatch.setattr(tuner, "heuristics", IM2COL_FIRST)
-    graph_mode = tuner.graph_mode
-    yield tuner
-    tuner.graph_mode = graph_mode
-    tuner.clear()
 
 
 def tiny_net():

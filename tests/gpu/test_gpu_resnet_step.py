@@ -7,34 +7,22 @@ GPU's tuner runs im2col (its GEMMs in NumPy's matmul there, as cuBLAS's on hardw
 import numpy as np
 import pytest
 
-import autotune
 from autotune import models, nn, optim
-from autotune.heuristics import Heuristics
 from autotune.nn.device import move, to_host
-from convalgos.arrays import simulator_enabled
 from convalgos.cuda import count_ops
-
-IM2COL_FIRST = Heuristics({"rules": [{"name": "im2col first (the simulator's cheapest)", "when": {},
-                                      "order": ["im2col"]}]})
 
 #: the fused layers' operations in one ResNet-20 step (19 BatchNorms and the shortcuts' 2, 9 blocks), and the
 #: array-module copies (the layers' and im2col's)
 LAYER_OPS = {
     "nn.bn_stats_kernel": 21, "nn.bn_normalize_kernel": 21, "nn.bn_grad_sums_kernel": 21,
-    "nn.bn_grad_input_kernel": 21, "nn.relu_grad_kernel": 9, "cupy.add": 9 + 1,  # the blocks' sums' gradients, fc's bias
+    "nn.bn_grad_input_kernel": 21, "nn.relu_grad_kernel": 9,
+    "cupy.add": 9 + 1,                                          # the blocks' sums' gradients, fc's bias
     "nn.adaptive_avg_pool_kernel": 1, "nn.adaptive_avg_pool_grad_kernel": 1, "nn.cross_entropy_kernel": 1,
     "nn.sgd_kernel": 1, "cupy.sum": 1,                                               # fc's db
     "cupy.copy": 23 + 20 + 21,    # the 21 convs' and fc's 2 gradients into place; im2col's W^T (backward_data of
 }                                 # 20 convs) and dy regrouped by group (backward_filter, batch 2, of 21)
 
 
-@pytest.fixture
-def gpu_tuner(monkeypatch):
-    tuner = autotune.simulated_gpu_tuner() if simulator_enabled() else autotune.default_tuner()
-    tuner.clear()
-    monkeypatch.setattr(tuner, "heuristics", IM2COL_FIRST)
-    yield tuner
-    tuner.clear()
 
 
 def test_a_resnet20_step_on_the_gpu_equals_the_cpu_step_within_the_launch_budget(gpu_tuner):

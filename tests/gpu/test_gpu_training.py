@@ -11,22 +11,9 @@ import pytest
 
 import autotune
 from autotune import models, nn, optim, train
-from autotune.heuristics import Heuristics
 from autotune.nn.device import move, to_host
 from convalgos.arrays import simulator_enabled
 
-IM2COL_FIRST = Heuristics({"rules": [{"name": "im2col first (the simulator's cheapest)", "when": {},
-                                      "order": ["im2col"]}]})
-
-
-@pytest.fixture
-def gpu_tuner(monkeypatch):
-    """The Tuner a conv on "cuda" dispatches through, with the one rule, its table cleared before and after."""
-    tuner = autotune.simulated_gpu_tuner() if simulator_enabled() else autotune.default_tuner()
-    tuner.clear()
-    monkeypatch.setattr(tuner, "heuristics", IM2COL_FIRST)
-    yield tuner
-    tuner.clear()
 
 
 def one_step(model, x, labels):

@@ -1,7 +1,7 @@
-"""winograd_fused_4x4's GPU twin (and winograd_fused_6x6, GPU only) against the float64 reference: forward and backward-data, float32 and float16,
-into NaN-poisoned results, on layers no tile or block divides (odd channels, 7x7 and 13x11 images, one image),
-groups, depthwise and asymmetric padding; its prepared weights; its refusals. Under the simulator the blocks are
-SIM_BLOCK (8 simulated threads); one test runs the GPU's block."""
+"""winograd_fused_4x4's GPU twin (and winograd_fused_6x6, GPU only) against the float64 reference: forward and
+backward-data, float32 and float16, into NaN-poisoned results, on layers no tile or block divides (odd channels,
+7x7 and 13x11 images, one image), groups, depthwise and asymmetric padding; its prepared weights; its refusals.
+Under the simulator the blocks are SIM_BLOCK (8 simulated threads); one test runs the GPU's block."""
 import numpy as np
 import pytest
 
