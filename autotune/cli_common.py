@@ -45,15 +45,32 @@ def write_json(path: str, doc: dict) -> None:
 AGAIN_AFTER = 0.2
 
 
+_LLVMLITE = f"{os.sep}llvmlite{os.sep}"
+
+
+def inside_llvm(frame) -> bool:
+    """Whether llvmlite's Python code is on the stack: Numba is compiling, and LLVM may have called back into
+    Python through ctypes (its object cache asks for a compiled module that way). An exception raised in such
+    a callback is printed as ignored, the callback returns nothing, and LLVM then reads a buffer that was
+    never written: the process dies of SIGSEGV (seen in CI: exit -11 instead of 130)."""
+    while frame is not None:
+        if _LLVMLITE in frame.f_code.co_filename:
+            return True
+        frame = frame.f_back
+    return False
+
+
 @contextlib.contextmanager
 def ctrl_c_lands():
     """Within the block, Ctrl-C raises KeyboardInterrupt, and again every AGAIN_AFTER seconds until
     ``interrupted`` runs. Python raises a signal's exception at whatever bytecode comes next, and when that is
     inside a finalizer (``__del__``, run by the garbage collector at any moment) the exception is reported as
-    ignored and the program goes on: seen here as one Ctrl-C in ~15 that left training running to its end."""
+    ignored and the program goes on: seen here as one Ctrl-C in ~15 that left training running to its end.
+    While llvmlite is on the stack (``inside_llvm``) the exception waits for the next repeat instead."""
     def raise_interrupt(signum, frame):
         signal.setitimer(signal.ITIMER_REAL, AGAIN_AFTER)
-        raise KeyboardInterrupt
+        if not inside_llvm(frame):
+            raise KeyboardInterrupt
     old = signal.signal(signal.SIGINT, raise_interrupt), signal.signal(signal.SIGALRM, raise_interrupt)
     try:
         yield

@@ -143,3 +143,27 @@ def test_ctrl_c_while_training_prints_what_was_kept_and_exits_130(tmp_path):
     kept = json.loads(cache.read_text())["entries"]
     assert last_line(err) == (f"interrupted: {entries(kept)} of this machine kept in {cache}; the same "
                               f"command trains from the start again and reuses them") and len(kept) >= 1
+
+
+def test_a_ctrl_c_while_llvmlite_is_on_the_stack_lands_once_it_has_returned():
+    """LLVM calls back into Python through ctypes while Numba compiles; an exception raised there crashes the
+    process (SIGSEGV). A function whose file lies under llvmlite/ stands in for such a callback here."""
+    import signal
+    import time
+    import pytest
+    from autotune.cli_common import ctrl_c_lands
+    fake = os.path.join(os.sep, "site-packages", "llvmlite", "binding", "callback.py")
+    namespace = {}
+    exec(compile("def callback(send):\n"
+                 "    send()\n"
+                 "    import time\n"
+                 "    start = time.monotonic()\n"
+                 "    while time.monotonic() - start < 0.5:\n"
+                 "        pass\n"
+                 "    return 'returned'\n", fake, "exec"), namespace)
+    returned = []
+    with pytest.raises(KeyboardInterrupt):
+        with ctrl_c_lands():
+            returned.append(namespace["callback"](lambda: os.kill(os.getpid(), signal.SIGINT)))
+            time.sleep(2)                               # the repeat, 0.2 s on, lands here
+    assert returned == ["returned"]
