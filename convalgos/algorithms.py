@@ -4,6 +4,7 @@ reports see them. ``convalgos.ALGORITHMS`` is this registry; ``convalgos.registe
 from __future__ import annotations
 
 from .depthwise.cpu import Depthwise
+from .direct.channels import DirectChannels
 from .direct.cpu import Direct
 from .fft.tiled import FFTTiled
 from .fft.whole import FFT
@@ -15,6 +16,6 @@ from .winograd.fused import FusedWinograd
 
 #: name -> CPU algorithm.
 ALGORITHMS = Registry("cpu", [
-    Direct(), Depthwise(), ImplicitGemm(), Im2col(), FFT(), FFTTiled(),
+    Direct(), DirectChannels(), Depthwise(), ImplicitGemm(), Im2col(), FFT(), FFTTiled(),
     Winograd(2), Winograd(4), Winograd(6), FusedWinograd(4),
 ])

@@ -13,7 +13,7 @@ from convalgos import cuda as gpu
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PACKAGES = ("convalgos", "autotune")
 #: the folder of each built-in algorithm's family
-FAMILY = {"direct": "direct", "depthwise": "depthwise", "implicit_gemm": "implicit_gemm",
+FAMILY = {"direct": "direct", "direct_channels": "direct", "depthwise": "depthwise", "implicit_gemm": "implicit_gemm",
           "implicit_gemm_128x64": "implicit_gemm", "implicit_gemm_64x64": "implicit_gemm",
           "implicit_gemm_32x32": "implicit_gemm", "im2col": "im2col",
           "fft": "fft", "fft_tiled": "fft", "winograd_2x2": "winograd", "winograd_4x4": "winograd",

@@ -1,0 +1,116 @@
+"""What is specific to ``direct_channels`` (output channels in the vector lanes): both of its passes against the
+float64 reference and torch, on the layers it exists for (strided, small planes, channels that are not whole
+vectors, rows that are not whole tiles); what it declines and why; its prepared weights; workspace and FLOPs."""
+import numpy as np
+import pytest
+
+import convalgos
+from convalgos import ALGORITHMS, ConvParams, reference
+from convalgos.direct.channel_kernels import PIXELS
+from convalgos.direct.channels import blocking
+from convalgos.kernels.simd import REGISTER_BYTES, REGISTERS
+from convalgos.reference import normwise_error
+from convalgos.testing import check_algorithm
+
+CHANNELS = ALGORITHMS["direct_channels"]
+
+LAYERS = [  # x shape, w shape, keywords
+    ((2, 16, 16, 16), (32, 16, 3, 3), dict(stride=2, padding=1)),          # ResNet's downsampling 3x3
+    ((3, 8, 8, 8), (40, 8, 3, 3), dict(padding=1)),                        # 40 channels: a block and a part
+    ((1, 5, 13, 11), (7, 5, 3, 2), dict(stride=(2, 3), padding=((2, 0), (1, 1)), dilation=(1, 2))),
+    ((2, 6, 9, 10), (12, 6, 1, 1), dict(stride=2)),                        # a strided pointwise shortcut
+    ((1, 4, 7, 7), (9, 4, 5, 5), dict(padding=2, dilation=1)),             # a row of 7: one tile, one junk pixel
+    ((2, 6, 9, 9), (9, 2, 3, 3), dict(padding=((0, 2), (1, 0)), groups=3)),  # groups of 3 channels
+]
+
+
+def operands(x_shape, w_shape, dtype, kw, seed=0):
+    rng = np.random.default_rng(seed)
+    x, w = rng.standard_normal(x_shape).astype(dtype), rng.standard_normal(w_shape).astype(dtype)
+    p = ConvParams.from_shapes(x_shape, w_shape, dtype=dtype, **kw)
+    return x, w, rng.standard_normal(p.out_shape).astype(dtype), p
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("x_shape, w_shape, kw", LAYERS)
+def test_forward_and_backward_data_against_the_float64_reference(x_shape, w_shape, kw, dtype):
+    x, w, dy, p = operands(x_shape, w_shape, dtype, kw)
+    y = convalgos.conv2d(x, w, **kw, algo="direct_channels")
+    assert normwise_error(y, reference.conv2d(x, w, **kw)) <= CHANNELS.tolerance_of("forward", dtype)
+    if CHANNELS.supports(p, "backward_data"):
+        dx = convalgos.conv2d_input(x_shape, w, dy, **kw, algo="direct_channels")
+        assert normwise_error(dx, reference.backward_data(dy, w, p)) <= CHANNELS.tolerance_of("backward_data", dtype)
+
+
+def test_every_pass_it_implements_on_drawn_layers():
+    """The property kit (``convalgos.testing``): agreement, adjoint, written, deterministic, workspace."""
+    check_algorithm(CHANNELS, max_examples=25, seed=3)
+
+
+def test_forward_and_backward_data_equal_torch():
+    torch = pytest.importorskip("torch")
+    x, w, dy, p = operands((2, 6, 11, 9), (20, 6, 3, 3), "float64", dict(padding=(1, 2), dilation=(2, 1)))
+    tx, tw, tdy = (torch.from_numpy(a) for a in (x, w, dy))
+    kw = dict(padding=(1, 2), dilation=(2, 1))
+    assert normwise_error(convalgos.conv2d(x, w, **kw, algo="direct_channels"),
+                          torch.nn.functional.conv2d(tx, tw, None, 1, **kw).numpy()) <= 1e-12
+    assert normwise_error(convalgos.conv2d_input(x.shape, w, dy, **kw, algo="direct_channels"),
+                          torch.nn.grad.conv2d_input(x.shape, tw, tdy, **kw).numpy()) <= 1e-12
+
+
+@pytest.mark.parametrize("kw, op, words", [
+    (dict(stride=2, padding=1), "backward_data", "backward_data at stride (2, 2)"),
+    (dict(padding=3), "backward_data", "padding ((3, 3), (3, 3)) wider than the kernel extent"),
+    (dict(padding=1), "backward_filter", "direct_channels has no backward_filter pass"),
+])
+def test_it_declines_with_the_reason(kw, op, words):
+    p = ConvParams.from_shapes((1, 4, 9, 9), (8, 4, 3, 3), **kw)
+    support = CHANNELS.supports(p, op)
+    assert not support and words in support.reason
+    call = {"backward_data": lambda w, dy: convalgos.conv2d_input(p.in_shape, w, dy, **kw, algo="direct_channels"),
+            "backward_filter": lambda w, dy: convalgos.conv2d_weight(np.ones(p.in_shape, np.float32), w.shape, dy,
+                                                                     **kw, algo="direct_channels")}[op]
+    with pytest.raises(convalgos.UnsupportedError, match="direct_channels"):
+        call(np.ones(p.weight_shape, np.float32), np.ones(p.out_shape, np.float32))
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+def test_prepared_weights_give_the_same_bits(op):
+    x, w, dy, p = operands((2, 8, 10, 10), (24, 8, 3, 3), "float32", dict(padding=1))
+    a = x if op == "forward" else dy
+    prepared = CHANNELS.prepare(w, p, op)
+    assert prepared.nbytes == CHANNELS.prepare_bytes(p, op)
+    plain = convalgos.run(CHANNELS, op, a, w, p)
+    np.testing.assert_array_equal(convalgos.run(CHANNELS, op, a, w, p, prepared=prepared), plain)
+
+
+def test_the_last_tile_writes_no_pixel_past_the_row():
+    """Wo = 7 computes a tile of 8; the eighth is never stored: the output's neighbours keep their values."""
+    x, w, _, p = operands((1, 3, 7, 7), (5, 3, 3, 3), "float32", dict(padding=1))
+    big = np.full((1, 5, 7, 9), 7.0, np.float32)
+    out = big[:, :, :, :7]
+    CHANNELS.forward(x, w, p, out)
+    assert (big[:, :, :, 7:] == 7.0).all()
+    assert normwise_error(out, reference.conv2d(x, w, padding=1)) <= CHANNELS.tolerance_of("forward", "float32")
+
+
+@pytest.mark.parametrize("op", ["forward", "backward_data"])
+def test_workspace_bytes_is_what_each_pass_keeps(op):
+    x, w, dy, p = operands((2, 8, 10, 10), (24, 8, 3, 3), "float32", dict(padding=1))
+    CHANNELS.release()
+    convalgos.run(CHANNELS, op, x if op == "forward" else dy, w, p)
+    prepared_form = CHANNELS.prepare_bytes(p, op)
+    assert CHANNELS.workspace.nbytes + prepared_form == CHANNELS.workspace_bytes(p, op)
+    CHANNELS.release()
+
+
+def test_flops_count_whole_channel_blocks_and_whole_tiles():
+    """24 output channels take one block of V (a wide block of 2L lanes with AVX-512's 32 registers, or one
+    vector: whichever ``blocking`` says); a row of 10 pixels computes two tiles of 8."""
+    p = ConvParams.from_shapes((2, 8, 10, 10), (24, 8, 3, 3), padding=1)
+    wide, V = blocking(24, 4)
+    L = REGISTER_BYTES // 4
+    assert V == (2 * L if REGISTERS >= 32 and 24 > L else L) and wide == (V == 2 * L)
+    assert CHANNELS.flops(p) == 2 * 2 * (-(-24 // V) * V) * 8 * 9 * 10 * 2 * PIXELS
+    assert CHANNELS.flops(p, "backward_data") == 2 * 2 * (-(-8 // blocking(8, 4)[1]) * blocking(8, 4)[1]) * 24 * 9 * 10 * 2 * PIXELS
+    assert CHANNELS.flops(p) > p.flops
