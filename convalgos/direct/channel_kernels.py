@@ -103,7 +103,7 @@ def channel_rows(xp, wp, xoff, groups, group_pitch, sh, sw, Wp, wide, stage, out
                         orow[j0 + p] = st[p * V + kk]
 
 
-@njit(cache=True)
+@njit(parallel=True, cache=True)
 def pack_weight(w, flip, groups, out):
     """out[g*B + b, q*V + v] = the weight of output channel o = b*V + v of group g at tap q (zero for o past
     the group's last), B = out.shape[0] // groups, V = out.shape[1] // taps. Forward: o = k, q = (c, r, s),
@@ -111,20 +111,23 @@ def pack_weight(w, flip, groups, out):
     K, Cg, R, S = w.shape
     Kg = K // groups
     outputs, inputs = (Cg, Kg) if flip else (Kg, Cg)
-    taps, per_group = inputs * R * S, out.shape[0] // groups
-    V = out.shape[1] // taps
-    for row in range(out.shape[0]):
-        g, b = row // per_group, row % per_group
-        for q in range(taps):
-            i, r, s = q // (R * S), (q // S) % R, q % S
-            for v in range(V):
-                o = b * V + v
-                if o >= outputs:
-                    out[row, q * V + v] = 0.0
-                elif flip:
-                    out[row, q * V + v] = w[g * Kg + i, o, R - 1 - r, S - 1 - s]
-                else:
-                    out[row, q * V + v] = w[g * Kg + o, i, r, s]
+    per_group = out.shape[0] // groups
+    V = out.shape[1] // (inputs * R * S)
+    for row in prange(out.shape[0]):
+        g, first = row // per_group, (row % per_group) * V
+        width = min(V, outputs - first)
+        packed = out[row]
+        packed[:] = 0.0
+        for v in range(width):                      # w read along its rows, the form written with stride V
+            q = v
+            for i in range(inputs):
+                for r in range(R):
+                    for s in range(S):
+                        if flip:
+                            packed[q] = w[g * Kg + i, first + v, R - 1 - r, S - 1 - s]
+                        else:
+                            packed[q] = w[g * Kg + first + v, i, r, s]
+                        q += V
 
 
 @njit(cache=True)

@@ -107,11 +107,14 @@ class DirectChannels(Algorithm):
         """w as (groups * blocks, taps * V): block b's V output channels side by side for each tap (c, r, s),
         channels past a group's last zero. Backward-data's taps are (k, r, s) of the flipped weight with K and
         C swapped within each group."""
-        _, outputs, inputs, *_ = self._geometry(p, op)
-        _, V = blocking(outputs, p.itemsize)
-        packed = np.empty((p.groups * -(-outputs // V), inputs * p.R * p.S * V), dtype=w.dtype)
+        packed = np.empty(self._packed_shape(p, op), dtype=w.dtype)
         pack_weight(w, op == "backward_data", p.groups, packed)
         return packed
+
+    def _packed_shape(self, p: ConvParams, op: str) -> tuple[int, int]:
+        _, outputs, inputs, *_ = self._geometry(p, op)
+        _, V = blocking(outputs, p.itemsize)
+        return p.groups * -(-outputs // V), inputs * p.R * p.S * V
 
     def prepare_bytes(self, p: ConvParams, op: str = "forward") -> int:
         if op == "backward_filter":
@@ -131,7 +134,10 @@ class DirectChannels(Algorithm):
         """out = the correlation of ``a`` zero-padded (``_geometry``) with the packed weight of pass ``op``."""
         read, outputs, inputs, top, left, Hp, Wp, (sh, sw), _ = self._geometry(p, op)
         wide, V = blocking(outputs, p.itemsize)
-        packed = self.prepare_weight(w, p, op) if prepared is None else prepared
+        packed = prepared
+        if packed is None:                             # packed into a kept buffer: no fresh pages per call
+            packed = self.workspace.get("direct_channels.packed", self._packed_shape(p, op), a.dtype)
+            pack_weight(w, op == "backward_data", p.groups, packed)
         size = p.N * read * Hp * Wp
         flat = self.workspace.get("direct_channels.padded", (size + PIXELS * sw,), a.dtype)
         flat[size:] = 0.0
