@@ -58,20 +58,21 @@ def test_forward_and_backward_data_equal_torch():
                           torch.nn.grad.conv2d_input(x.shape, tw, tdy, **kw).numpy()) <= 1e-12
 
 
-@pytest.mark.parametrize("kw, op, words", [
-    (dict(stride=2, padding=1), "backward_data", "backward_data at stride (2, 2)"),
-    (dict(padding=3), "backward_data", "padding ((3, 3), (3, 3)) wider than the kernel extent"),
-    (dict(padding=1), "backward_filter", "direct_channels has no backward_filter pass"),
-])
-def test_it_declines_with_the_reason(kw, op, words):
-    p = ConvParams.from_shapes((1, 4, 9, 9), (8, 4, 3, 3), **kw)
-    support = CHANNELS.supports(p, op)
-    assert not support and words in support.reason
-    call = {"backward_data": lambda w, dy: convalgos.conv2d_input(p.in_shape, w, dy, **kw, algo="direct_channels"),
-            "backward_filter": lambda w, dy: convalgos.conv2d_weight(np.ones(p.in_shape, np.float32), w.shape, dy,
-                                                                     **kw, algo="direct_channels")}[op]
+def test_it_has_no_backward_filter_and_says_so():
+    p = ConvParams.from_shapes((1, 4, 9, 9), (8, 4, 3, 3), padding=1)
+    support = CHANNELS.supports(p, "backward_filter")
+    assert not support and support.reason == "direct_channels has no backward_filter pass"
     with pytest.raises(convalgos.UnsupportedError, match="direct_channels"):
-        call(np.ones(p.weight_shape, np.float32), np.ones(p.out_shape, np.float32))
+        convalgos.conv2d_weight(np.ones(p.in_shape, np.float32), p.weight_shape, np.ones(p.out_shape, np.float32),
+                                padding=1, algo="direct_channels")
+
+
+def test_a_strided_backward_data_zeroes_the_inputs_no_output_reads():
+    """1x1 at stride 2: three phases of dx of four have no tap and are zero; the fourth is dy through w."""
+    x, w, dy, p = operands((1, 3, 6, 6), (5, 3, 1, 1), "float64", dict(stride=2))
+    dx = convalgos.conv2d_input(x.shape, w, dy, stride=2, algo="direct_channels")
+    assert (dx[:, :, 1::2, :] == 0).all() and (dx[:, :, :, 1::2] == 0).all()
+    np.testing.assert_allclose(dx[:, :, ::2, ::2], np.einsum("nkhw,kc->nchw", dy, w[:, :, 0, 0]), rtol=1e-12)
 
 
 @pytest.mark.parametrize("op", ["forward", "backward_data"])
@@ -108,11 +109,15 @@ def test_workspace_bytes_is_what_each_pass_keeps(op):
 
 def test_flops_count_whole_channel_blocks_and_whole_tiles():
     """24 output channels take one block of V (a wide block of 2L lanes with AVX-512's 32 registers, or one
-    vector: whichever ``blocking`` says); a row of 10 pixels computes two tiles of 8."""
+    vector: whichever ``blocking`` says); a row of 10 pixels computes two tiles of 8. Backward-data at stride 2
+    (3x3, padding 1, 10 x 10 input): four phases of 5 x 5 inputs, their taps 2x2, 2x1, 1x2 and 1x1."""
     p = ConvParams.from_shapes((2, 8, 10, 10), (24, 8, 3, 3), padding=1)
     wide, V = blocking(24, 4)
     L = REGISTER_BYTES // 4
     assert V == (2 * L if REGISTERS >= 32 and 24 > L else L) and wide == (V == 2 * L)
     assert CHANNELS.flops(p) == 2 * 2 * (-(-24 // V) * V) * 8 * 9 * 10 * 2 * PIXELS
-    assert CHANNELS.flops(p, "backward_data") == 2 * 2 * (-(-8 // blocking(8, 4)[1]) * blocking(8, 4)[1]) * 24 * 9 * 10 * 2 * PIXELS
+    V8 = blocking(8, 4)[1]
+    assert CHANNELS.flops(p, "backward_data") == 2 * 2 * V8 * 24 * 9 * 10 * 2 * PIXELS
+    p2 = ConvParams.from_shapes((2, 8, 10, 10), (24, 8, 3, 3), padding=1, stride=2)
+    assert CHANNELS.flops(p2, "backward_data") == 2 * 2 * V8 * 24 * (4 + 2 + 2 + 1) * 5 * PIXELS
     assert CHANNELS.flops(p) > p.flops

@@ -104,35 +104,37 @@ def channel_rows(xp, wp, xoff, groups, group_pitch, sh, sw, Wp, wide, stage, out
 
 
 @njit(parallel=True, cache=True)
-def pack_weight(w, flip, groups, out):
-    """out[g*B + b, q*V + v] = the weight of output channel o = b*V + v of group g at tap q (zero for o past
-    the group's last), B = out.shape[0] // groups, V = out.shape[1] // taps. Forward: o = k, q = (c, r, s),
-    w[g*Kg + k, c, r, s]; ``flip`` (backward-data): o = c, q = (k, r, s), w[g*Kg + k, c, R-1-r, S-1-s]."""
-    K, Cg, R, S = w.shape
+def pack_weight(w, swap, groups, rows, cols, out):
+    """out[g*B + b, q*V + v] = the weight of output channel o = b*V + v of group g at tap q = (i, a, c) (zero
+    for o past the group's last), B = out.shape[0] // groups, V = out.shape[1] // taps: w[g*Kg + o, i, rows[a],
+    cols[c]], or with ``swap`` (backward-data: the layer's input channels are the outputs) w[g*Kg + i, o,
+    rows[a], cols[c]]."""
+    K, Cg = w.shape[0], w.shape[1]
     Kg = K // groups
-    outputs, inputs = (Cg, Kg) if flip else (Kg, Cg)
+    outputs, inputs = (Cg, Kg) if swap else (Kg, Cg)
     per_group = out.shape[0] // groups
-    V = out.shape[1] // (inputs * R * S)
+    V = out.shape[1] // (inputs * rows.size * cols.size)
     for row in prange(out.shape[0]):
         g, first = row // per_group, (row % per_group) * V
-        width = min(V, outputs - first)
         packed = out[row]
         packed[:] = 0.0
-        for v in range(width):                      # w read along its rows, the form written with stride V
+        for v in range(min(V, outputs - first)):    # w read along its rows, the form written with stride V
             q = v
             for i in range(inputs):
-                for r in range(R):
-                    for s in range(S):
-                        if flip:
-                            packed[q] = w[g * Kg + i, first + v, R - 1 - r, S - 1 - s]
+                for a in range(rows.size):
+                    for c in range(cols.size):
+                        if swap:
+                            packed[q] = w[g * Kg + i, first + v, rows[a], cols[c]]
                         else:
-                            packed[q] = w[g * Kg + first + v, i, r, s]
+                            packed[q] = w[g * Kg + first + v, i, rows[a], cols[c]]
                         q += V
 
 
 @njit(cache=True)
-def tap_offsets(R, S, dh, dw, Hp, Wp, taps):
-    """taps[q] = where tap q = (c, r, s) reads output pixel (0, 0) in one image's padded planes."""
+def tap_offsets(row_offsets, col_offsets, plane, Wp, taps):
+    """taps[q] = where tap q = (i, a, c) reads output pixel (0, 0): channel i's plane (``plane`` elements
+    each), row row_offsets[a], column col_offsets[c] of its pitch-Wp rows."""
+    nr, nc = row_offsets.size, col_offsets.size
     for q in range(taps.size):
-        c, r, s = q // (R * S), (q // S) % R, q % S
-        taps[q] = c * Hp * Wp + r * dh * Wp + s * dw
+        i, a, c = q // (nr * nc), (q // nc) % nr, q % nc
+        taps[q] = i * plane + row_offsets[a] * Wp + col_offsets[c]

@@ -15,34 +15,36 @@ accumulators in registers over all C*R*S taps. A pixel's x is read in place, at 
 phase split, no junk columns; a row's last tile computes up to 7 pixels past Wo, never stored. The tile is
 then copied out channel by channel (the transposition NCHW needs; oneDNN keeps its tensors blocked instead).
 
-Backward-data at stride 1 is the same kernel on dy: dx is the correlation of dy, zero-padded by
-(R-1)*dh - top rows above ((S-1)*dw - left columns left, likewise below and right), with the weight flipped
-(r -> R-1-r, s -> S-1-s) and K and C swapped, at the layer's dilation. The idea needs each output pixel to
-read its own inputs, which a strided backward-data does not (its taps change with the pixel's phase: ``direct``
-splits it by phases); backward-filter reduces over the pixels, not the channels (``direct``'s GEMM over the
-pixels serves it). Both are declined with that reason.
+Backward-data is the same kernel on dy, by phases as ``direct`` computes it (``convalgos.kernels.phases``):
+each phase of dx (its rows of one residue modulo sh, its columns of one residue modulo sw) is a stride-1
+correlation of the zero-padded dy with the taps that reach it, and K and C swap roles (the layer's input
+channels are the lanes); at stride 1 that is one phase with the flipped kernel. Phases no tap reaches (a 1x1
+kernel at stride 2 reaches one of four) are zero. Backward-filter reduces over the pixels, not over the
+channels the lanes hold: the idea does not apply, and the algorithm has no such pass (``direct``'s GEMM over
+the pixels serves it).
 
-FLOPs (``flops``): 2*N*groups*V*blocks * Cin/groups*R*S * rows * (tiles of 8 pixels)*8: channels rounded up to whole blocks
-(K = 16 with V = 32 computes 32: a layer of at most L channels takes one vector, V = L) and pixels to whole
-tiles (Wo = 7: 8 computed; 14: 16; 16, 32, 56 and 112 exact).
+FLOPs (``flops``): forward 2*N*groups*V*blocks * Cg*R*S * Ho * (tiles of 8 pixels)*8: channels rounded up to
+whole blocks (a group of at most L channels takes one vector, V = L) and pixels to whole tiles (Wo = 7: 8
+computed; 14: 16; 16, 32, 56 and 112 exact); backward-data the same sum over its phases, each with its taps.
 
-Workspace: the zero-padded input (N*Cin*Hp*Wp elements, plus 8*sw of room the last tile reads), the packed
-weight (blocks*V*Cin*R*S, or none when ``prepared``), the tap offsets (Cin*R*S int64) and one tile per thread.
+Workspace: the zero-padded input or dy (N*channels*Hp*Wp elements, plus one tile of room the last row's
+tile reads), the packed weight (blocks*V*inputs*R*S over all phases; none kept when ``prepared``), the tap
+offsets (inputs*R*S int64) and one tile per thread.
 
-Groups: each group's channels are blocked on their own (a depthwise layer fills one lane of V: the race
-leaves it to ``depthwise``). Constraints: backward-data at stride 1, with padding <= (kernel extent - 1) on
-every side. float32 and float64 are each
-compiled; float16 is computed in float32 by ``convalgos.run``. Sums run over the taps in direct's order, with
-the same fused multiply-adds: the tolerance is direct's.
+Constraints: none (every layer, every stride, dilation, padding and groups; a depthwise layer fills one lane
+of V, and the race leaves it to ``depthwise``). float32 and float64 are each compiled; float16 is computed in
+float32 by ``convalgos.run``. Sums run over the taps in direct's order, with the same fused multiply-adds: the
+tolerance is direct's.
 """
 from __future__ import annotations
 
 import numpy as np
 from numba import get_num_threads
 
+from ..kernels.phases import data_phases, data_plane
 from ..kernels.simd import REGISTER_BYTES, REGISTERS
 from ..params import ConvParams
-from ..registry import SUPPORTED, Algorithm, unsupported
+from ..registry import Algorithm
 from .channel_kernels import PIXELS, channel_rows, pack_weight, tap_offsets
 from .kernels import split_phases
 from .shared import TOLERANCE
@@ -50,100 +52,146 @@ from .shared import TOLERANCE
 
 def blocking(outputs: int, itemsize: int) -> tuple[bool, int]:
     """(wide, V): two vectors of channels per block (sixteen accumulators) where the CPU has 32 vector
-    registers and the pass has more output channels than one vector's lanes, else one vector."""
+    registers and a group has more output channels than one vector's lanes, else one vector."""
     L = REGISTER_BYTES // itemsize
     wide = REGISTERS >= 32 and outputs > L
     return wide, 2 * L if wide else L
 
 
+def whole_tiles(columns: int) -> int:
+    """Pixels a row of ``columns`` outputs computes: whole tiles of PIXELS."""
+    return -(-columns // PIXELS) * PIXELS
+
+
 class DirectChannels(Algorithm):
-    """The defining sum with output channels in the vector lanes: no polyphase split, no junk columns."""
+    """The defining sum with output channels in the vector lanes: no polyphase copy, no junk columns."""
 
     name = "direct_channels"
     deterministic = True
     tolerance = TOLERANCE
 
-    def constraints(self, p: ConvParams, op: str):
-        if op == "backward_data":
-            if p.stride != (1, 1):
-                return unsupported(f"backward_data at stride {p.stride}: an input pixel's taps change with its "
-                                   f"phase, so it does not read one window of dy (direct splits it by phases)")
-            (top, bottom), (left, right) = p.padding
-            (eh, ew) = p.kernel_extent
-            if max(top, bottom) > eh - 1 or max(left, right) > ew - 1:
-                return unsupported(f"backward_data with padding {p.padding} wider than the kernel extent less "
-                                   f"one ({eh - 1}, {ew - 1}): dy would be cropped, not padded")
-        return SUPPORTED
-
-    # ---- the pass's geometry ---------------------------------------------------------------------------------
-    def _geometry(self, p: ConvParams, op: str):
-        """(channels read, outputs per group, inputs per group, top, left, Hp, Wp, stride, (rows, cols) out):
-        what the kernel correlates."""
-        (top, bottom), (left, right) = p.padding
-        if op == "forward":
-            return p.C, p.Kg, p.Cg, top, left, p.H + top + bottom, p.W + left + right, p.stride, p.out_hw
-        (eh, ew), (Ho, Wo) = p.kernel_extent, p.out_hw
-        PT, PL, PB, PR = eh - 1 - top, ew - 1 - left, eh - 1 - bottom, ew - 1 - right
-        return p.K, p.Cg, p.Kg, PT, PL, Ho + PT + PB, Wo + PL + PR, (1, 1), (p.H, p.W)
-
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         if op == "backward_filter":                    # not a pass of this idea (module docstring)
             return 0
-        read, outputs, inputs, _, _, Hp, Wp, (_, sw), _ = self._geometry(p, op)
-        _, V = blocking(outputs, p.itemsize)
-        elements = p.N * read * Hp * Wp + PIXELS * sw + self.prepare_bytes(p, op) // p.itemsize
-        return (elements + get_num_threads() * PIXELS * V) * p.itemsize + inputs * p.R * p.S * 8
+        outputs, planes, plane = (p.Kg, p.C, self._padded(p)[2:]) if op == "forward" else \
+                                 (p.Cg, p.K, data_plane(p)[2:])
+        room = PIXELS * (p.stride[1] if op == "forward" else 1)
+        elements = p.N * planes * plane[0] * plane[1] + room + self.prepare_bytes(p, op) // p.itemsize
+        taps = (p.Cg if op == "forward" else p.Kg) * p.R * p.S
+        return (elements + get_num_threads() * PIXELS * blocking(outputs, p.itemsize)[1]) * p.itemsize + taps * 8
 
     def flops(self, p: ConvParams, op: str = "forward") -> int:
         if op == "backward_filter":
             return 0
-        _, outputs, inputs, *_, (rows, cols) = self._geometry(p, op)
-        _, V = blocking(outputs, p.itemsize)
-        channels = p.groups * -(-outputs // V) * V
-        return 2 * p.N * channels * inputs * p.R * p.S * rows * -(-cols // PIXELS) * PIXELS
+        if op == "forward":
+            V = blocking(p.Kg, p.itemsize)[1]
+            Ho, Wo = p.out_hw
+            return 2 * p.N * p.groups * -(-p.Kg // V) * V * p.Cg * p.R * p.S * Ho * whole_tiles(Wo)
+        V = blocking(p.Cg, p.itemsize)[1]
+        terms = sum(rt.size * st.size * Ha * whole_tiles(Wa) for (_, rt, _, Ha), (_, st, _, Wa) in data_phases(p)
+                    if Ha > 0 and Wa > 0)
+        return 2 * p.N * p.groups * -(-p.Cg // V) * V * p.Kg * terms
 
     # ---- prepared weights ------------------------------------------------------------------------------------
     def prepare_weight(self, w, p: ConvParams, op: str):
-        """w as (groups * blocks, taps * V): block b's V output channels side by side for each tap (c, r, s),
-        channels past a group's last zero. Backward-data's taps are (k, r, s) of the flipped weight with K and
-        C swapped within each group."""
-        packed = np.empty(self._packed_shape(p, op), dtype=w.dtype)
-        pack_weight(w, op == "backward_data", p.groups, packed)
+        """The packed weight (``_pack``), a fresh array."""
+        packed = np.empty(self.prepare_bytes(p, op) // p.itemsize, dtype=w.dtype)
+        self._pack(w, p, op, packed)
         return packed
-
-    def _packed_shape(self, p: ConvParams, op: str) -> tuple[int, int]:
-        _, outputs, inputs, *_ = self._geometry(p, op)
-        _, V = blocking(outputs, p.itemsize)
-        return p.groups * -(-outputs // V), inputs * p.R * p.S * V
 
     def prepare_bytes(self, p: ConvParams, op: str = "forward") -> int:
         if op == "backward_filter":
             return 0
-        _, outputs, inputs, *_ = self._geometry(p, op)
-        _, V = blocking(outputs, p.itemsize)
+        outputs = p.Kg if op == "forward" else p.Cg
+        V = blocking(outputs, p.itemsize)[1]
+        inputs = p.Cg if op == "forward" else p.Kg
         return p.groups * -(-outputs // V) * V * inputs * p.R * p.S * p.itemsize
 
+    def _pack(self, w, p: ConvParams, op: str, flat) -> None:
+        """flat = each phase's weight as (groups * blocks, taps * V), one phase after another (forward: one
+        phase with every tap): block b's V output channels side by side for each tap, channels past a group's
+        last zero. Backward-data's outputs are the layer's input channels (K and C swapped)."""
+        for (rows, cols, _), start, size in self._phase_slices(p, op):
+            if size:
+                pack_weight(w, op == "backward_data", p.groups, rows, cols,
+                            flat[start:start + size].reshape(p.groups * self._blocks(p, op), -1))
+
+    def _blocks(self, p: ConvParams, op: str) -> int:
+        outputs = p.Kg if op == "forward" else p.Cg
+        return -(-outputs // blocking(outputs, p.itemsize)[1])
+
+    def _phase_slices(self, p: ConvParams, op: str):
+        """((row taps, column taps, the phase), start, size) of each phase's packed weight in the flat form."""
+        if op == "forward":
+            phases = [(np.arange(p.R), np.arange(p.S), None)]
+        else:
+            phases = [(row[1], col[1], (row, col)) for row, col in data_phases(p)]
+        outputs, inputs = (p.Kg, p.Cg) if op == "forward" else (p.Cg, p.Kg)
+        width = p.groups * self._blocks(p, op) * blocking(outputs, p.itemsize)[1]
+        start, result = 0, []
+        for rows, cols, phase in phases:
+            size = width * inputs * rows.size * cols.size
+            result.append(((rows, cols, phase), start, size))
+            start += size
+        return result
+
     # ---- the passes ------------------------------------------------------------------------------------------
+    def _padded(self, p: ConvParams) -> tuple[int, int, int, int]:
+        """(top, left, Hp, Wp) of the forward pass's zero-padded input."""
+        (top, bottom), (left, right) = p.padding
+        return top, left, p.H + top + bottom, p.W + left + right
+
     def forward(self, x, w, p: ConvParams, out, prepared=None) -> None:
-        self._correlate(x, w, p, "forward", out, prepared)
+        top, left, Hp, Wp = self._padded(p)
+        (sh, sw), (dh, dw) = p.stride, p.dilation
+        padded = self._padded_planes(x, top, left, Hp, Wp, PIXELS * sw)
+        packed = self._weights(w, p, "forward", prepared)
+        taps = self.workspace.get("direct_channels.taps", (p.Cg * p.R * p.S,), np.int64)
+        tap_offsets(np.arange(p.R) * dh, np.arange(p.S) * dw, Hp * Wp, Wp, taps)
+        wide, V = blocking(p.Kg, p.itemsize)
+        channel_rows(padded, packed.reshape(p.groups * self._blocks(p, "forward"), -1), taps, p.groups,
+                     p.Cg * Hp * Wp, sh, sw, Wp, wide, self._stage(V, x.dtype), out)
 
     def backward_data(self, dy, w, p: ConvParams, out, prepared=None) -> None:
-        self._correlate(dy, w, p, "backward_data", out, prepared)
+        """Per phase of dx (``convalgos.kernels.phases``): a stride-1 pass over the padded dy with that phase's
+        taps, written into the strided view of dx it covers; phases no tap reaches are zero."""
+        (sh, sw), (dh, dw), ((top, _), (left, _)) = p.stride, p.dilation, p.padding
+        PT, PL, Hd, Wd = data_plane(p)
+        padded = self._padded_planes(dy, PT, PL, Hd, Wd, PIXELS)
+        packed = self._weights(w, p, "backward_data", prepared)
+        taps = self.workspace.get("direct_channels.taps", (p.Kg * p.R * p.S,), np.int64)
+        wide, V = blocking(p.Cg, p.itemsize)
+        stage, blocks = self._stage(V, dy.dtype), p.groups * self._blocks(p, "backward_data")
+        for (rt, st, phase), start, size in self._phase_slices(p, "backward_data"):
+            (rho_h, _, fh, Ha), (rho_w, _, fw, Wa) = phase
+            view = out[:, :, fh * sh + rho_h - top::sh, fw * sw + rho_w - left::sw][:, :, :Ha, :Wa]
+            if view.size == 0:
+                continue
+            if size == 0:                              # no output reads these inputs
+                view[...] = 0.0
+                continue
+            n_taps = p.Kg * rt.size * st.size
+            tap_offsets(fh + PT - rt * dh // sh, fw + PL - st * dw // sw, Hd * Wd, Wd, taps[:n_taps])
+            channel_rows(padded, packed[start:start + size].reshape(blocks, -1), taps[:n_taps], p.groups,
+                         p.Kg * Hd * Wd, 1, 1, Wd, wide, stage, view)
 
-    def _correlate(self, a, w, p: ConvParams, op: str, out, prepared) -> None:
-        """out = the correlation of ``a`` zero-padded (``_geometry``) with the packed weight of pass ``op``."""
-        read, outputs, inputs, top, left, Hp, Wp, (sh, sw), _ = self._geometry(p, op)
-        wide, V = blocking(outputs, p.itemsize)
-        packed = prepared
-        if packed is None:                             # packed into a kept buffer: no fresh pages per call
-            packed = self.workspace.get("direct_channels.packed", self._packed_shape(p, op), a.dtype)
-            pack_weight(w, op == "backward_data", p.groups, packed)
-        size = p.N * read * Hp * Wp
-        flat = self.workspace.get("direct_channels.padded", (size + PIXELS * sw,), a.dtype)
+    def _padded_planes(self, a, top, left, Hp, Wp, room):
+        """``a`` zero-padded into (N, channels * Hp * Wp) planes, followed by ``room`` zeros that a row's last
+        tile may read past the last plane."""
+        N, C = a.shape[:2]
+        size = N * C * Hp * Wp
+        flat = self.workspace.get("direct_channels.padded", (size + room,), a.dtype)
         flat[size:] = 0.0
-        split_phases(a, top, left, 1, 1, Hp, Wp, flat[:size].reshape(p.N, read, Hp * Wp))
-        taps = self.workspace.get("direct_channels.taps", (inputs * p.R * p.S,), np.int64)
-        tap_offsets(p.R, p.S, *p.dilation, Hp, Wp, taps)
-        stage = self.workspace.get("direct_channels.stage", (get_num_threads(), PIXELS * V), a.dtype)
-        channel_rows(flat[:size].reshape(p.N, -1), packed, taps, p.groups, inputs * Hp * Wp, sh, sw, Wp, wide,
-                     stage, out)
+        split_phases(a, top, left, 1, 1, Hp, Wp, flat[:size].reshape(N, C, Hp * Wp))
+        return flat[:size].reshape(N, -1)
+
+    def _weights(self, w, p: ConvParams, op: str, prepared):
+        """The prepared form, else the weight packed into a kept buffer (no fresh pages per call)."""
+        if prepared is not None:
+            return prepared
+        flat = self.workspace.get("direct_channels.packed", (self.prepare_bytes(p, op) // p.itemsize,), w.dtype)
+        self._pack(w, p, op, flat)
+        return flat
+
+    def _stage(self, V: int, dtype):
+        return self.workspace.get("direct_channels.stage", (get_num_threads(), PIXELS * V), dtype)
