@@ -1,6 +1,7 @@
 """What is specific to ``direct_channels`` (output channels in the vector lanes): both of its passes against the
 float64 reference and torch, on the layers it exists for (strided, small planes, channels that are not whole
-vectors, rows that are not whole tiles); what it declines and why; its prepared weights; workspace and FLOPs."""
+vectors, rows that are not whole tiles; the property kit's checks are in test_agreement.py); the pass it does not
+have; its prepared weights; workspace and FLOPs."""
 import numpy as np
 import pytest
 
@@ -10,7 +11,6 @@ from convalgos.direct.channel_kernels import PIXELS
 from convalgos.direct.channels import blocking
 from convalgos.kernels.simd import REGISTER_BYTES, REGISTERS
 from convalgos.reference import normwise_error
-from convalgos.testing import check_algorithm
 
 CHANNELS = ALGORITHMS["direct_channels"]
 
@@ -40,11 +40,6 @@ def test_forward_and_backward_data_against_the_float64_reference(x_shape, w_shap
     if CHANNELS.supports(p, "backward_data"):
         dx = convalgos.conv2d_input(x_shape, w, dy, **kw, algo="direct_channels")
         assert normwise_error(dx, reference.backward_data(dy, w, p)) <= CHANNELS.tolerance_of("backward_data", dtype)
-
-
-def test_every_pass_it_implements_on_drawn_layers():
-    """The property kit (``convalgos.testing``): agreement, adjoint, written, deterministic, workspace."""
-    check_algorithm(CHANNELS, max_examples=25, seed=3)
 
 
 def test_forward_and_backward_data_equal_torch():
