@@ -14,9 +14,24 @@ from autotune.cache import cpu_model
 RESULTS = Path(__file__).parent / "results"
 
 
+def cpu_description() -> str:
+    """The CPU's model name, vendor family and model, and whether it has AVX-512 (the records of two machine
+    kinds sit side by side: a record must say which it came from)."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            text = f.read()
+    except OSError:
+        return cpu_model()
+    fields = dict(line.split(":", 1) for line in text.split("\n\n")[0].splitlines() if ":" in line)
+    fields = {k.strip(): v.strip() for k, v in fields.items()}
+    vector = "AVX-512" if "avx512f" in fields.get("flags", "").split() else "no AVX-512"
+    return (f"{fields.get('model name', cpu_model())} (family {fields.get('cpu family', '?')}, model "
+            f"{fields.get('model', '?')}, {vector})")
+
+
 def machine() -> str:
     import numba
-    return (f"{cpu_model()}, {os.cpu_count()} cores, numba {numba.__version__} with {numba.get_num_threads()} "
+    return (f"{cpu_description()}, {os.cpu_count()} cores, numba {numba.__version__} with {numba.get_num_threads()} "
             f"threads, numpy {np.__version__}, Python {platform.python_version()}")
 
 

@@ -76,8 +76,9 @@ def main(argv=None) -> None:
         "backward_filter": lambda x, w, dy, p: torch.nn.grad.conv2d_weight(x, w.shape, dy, stride=p.stride,
                                                                            padding=p.padding[0][0]),
     }
+    from .common import cpu_description
     lines = [f"# One conv pass per layer, ours against torch's ({', '.join(args.passes.split(','))})", "",
-             f"Machine: {cpu_name()}, {os.cpu_count()} cores; numba and torch with {args.threads} thread(s); "
+             f"Machine: {cpu_description()}, {os.cpu_count()} cores; numba and torch with {args.threads} thread(s); "
              f"load average before {os.getloadavg()[0]:.1f}.  ",
              f"Date: {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}. Command: `python -m bench.train_passes "
              f"--passes {args.passes} --threads {args.threads} --rounds {args.rounds}"
@@ -177,14 +178,6 @@ def rounds(calls, n, clock):
             call()
             times[k].append((clock() - start) / 2)
     return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
-
-
-def cpu_name() -> str:
-    with open("/proc/cpuinfo") as f:
-        name = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "unknown CPU")
-    with open("/proc/cpuinfo") as f:
-        avx512 = "avx512f" in f.read()
-    return f"{name} ({'AVX-512' if avx512 else 'no AVX-512'})"
 
 
 if __name__ == "__main__":
