@@ -21,6 +21,8 @@ LAYERS = [  # x shape, w shape, keywords
     ((2, 6, 9, 10), (12, 6, 1, 1), dict(stride=2)),                        # a strided pointwise shortcut
     ((1, 4, 7, 7), (9, 4, 5, 5), dict(padding=2, dilation=1)),             # a row of 7: one tile, one junk pixel
     ((2, 6, 9, 9), (9, 2, 3, 3), dict(padding=((0, 2), (1, 0)), groups=3)),  # groups of 3 channels
+    ((2, 5, 7, 9), (11, 5, 2, 1), dict(padding=((1, 0), (0, 0)))),         # S = 1, no column padding: one row
+    ((1, 20, 7, 7), (36, 20, 1, 1), {}),                                    # MobileNet's pointwise, 7 px
 ]
 
 

@@ -12,7 +12,9 @@ Here a vector holds V output channels of one pixel instead (V = 2L: two register
 channels with AVX-512): per tap (c, r, s), two vector loads of the packed weight w[k0:k0+V, c, r, s] and one
 broadcast of x per pixel feed 2 x 8 multiply-adds for a tile of 8 consecutive output pixels, sixteen
 accumulators in registers over all C*R*S taps. A pixel's x is read in place, at any stride and dilation: no
-phase split, no junk columns; a row's last tile computes up to 7 pixels past Wo, never stored. The tile is
+phase split, no junk columns; a row's last tile computes up to 7 pixels past Wo, never stored. Where an
+output row spans the whole padded row (stride 1, S = 1, no column padding: pointwise layers), the plane's rows
+are one row of Ho*Wo pixels (14 x 14: 200 computed, not 224). The tile is
 then copied out channel by channel (the transposition NCHW needs; oneDNN keeps its tensors blocked instead).
 
 Backward-data is the same kernel on dy, by phases as ``direct`` computes it (``convalgos.kernels.phases``):
@@ -157,6 +159,8 @@ class DirectChannels(Algorithm):
         taps = self.workspace.get("direct_channels.taps", (p.Cg * p.R * p.S,), np.int64)
         tap_offsets(np.arange(p.R) * dh, np.arange(p.S) * dw, Hp * Wp, Wp, taps)
         wide, V = blocking(p.Kg, p.itemsize)
+        if p.stride == (1, 1) and p.S == 1 and p.padding[1] == (0, 0) and out.flags.c_contiguous:
+            out = out.reshape(p.N, p.K, 1, -1)         # rows as wide as the plane: one row of Ho*Wo pixels
         channel_rows(padded, packed.reshape(p.groups * self._blocks(p, "forward"), -1), taps, p.groups,
                      p.Cg * Hp * Wp, sh, sw, Wp, wide, self._stage(V, x.dtype), out)
 
