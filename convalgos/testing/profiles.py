@@ -1,8 +1,8 @@
 """Hypothesis profiles for the kit: thorough for users, quick for this project's own test run.
 
 - ``convalgos`` (the default): 100 layers per pass. A user's check, or a CI job of theirs.
-- ``convalgos-quick``: 12 layers per pass. This project checks its ten built-in algorithms on every test run,
-  29 passes in all, and must stay within its time budget.
+- ``convalgos-quick``: 12 layers per pass. This project checks its eleven built-in algorithms on every test run,
+  31 passes in all, and must stay within its time budget.
 - ``convalgos-thorough``: 1000 layers per pass, for a night's run.
 
 Pick one with ``check_algorithm(..., settings="convalgos-quick")``, ``python -m convalgos.check
