@@ -39,7 +39,9 @@ weights packed on every call; ms, direct_channels / direct / torch): ResNet-20 b
 and backward-data 0.59 / 0.74 / 0.50; C32 16 px backward-data 0.66 / 0.66 / 0.52. It loses where a block of 32
 channels meets few pixels per weight (C512 7x7 b1: 2.3 against direct's 0.86: the packed weight, 590 KB per
 block, is streamed for each row of 7 pixels) and on 16-channel layers (one vector: 8 accumulators, 0.94 against
-0.61). The race keeps it where it wins.
+0.61). The copy-out of each tile (scalar, channel by channel) is 7% of a C64 8 px pass, 13% at C32 16 px and
+25% at C16 32 px (timed against the same kernel without it, interleaved, ResNet-20 b32 layers); an in-register
+8 x 16 transpose would recover most of it. The race keeps it where it wins.
 
 Constraints: none (every layer, every stride, dilation, padding and groups; a depthwise layer fills one lane
 of V, and the race leaves it to ``depthwise``). float32 and float64 are each compiled; float16 is computed in
