@@ -11,7 +11,8 @@ from convalgos import ALGORITHMS, PASSES, ConvParams, UnsupportedError, referenc
 from convalgos.reference import normwise_error
 from layers import layers, make_arrays, params_of
 
-PREPARING = ["direct_channels", "winograd_2x2", "winograd_4x4", "winograd_6x6", "winograd_fused_4x4", "fft", "fft_tiled"]
+PREPARING = ["direct_channels", "winograd_2x2", "winograd_4x4", "winograd_6x6", "winograd_fused_4x4", "fft",
+             "fft_tiled"]
 WEIGHT_PASSES = ["forward", "backward_data"]
 SETTINGS = settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 

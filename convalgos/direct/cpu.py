@@ -64,8 +64,9 @@ Workspace (``workspace_bytes``): forward keeps the phase planes, N*C*sh*sw*Hq*Wq
 Wq = Wo + (S-1)*dw//sw) plus one block of zeroed room, and the tap table (2*Cg*R*S int64), and a stage of
 BLOCK x ``rows_per_item`` * Wq elements (rounded up to a block) per thread. Backward-filter keeps, per
 thread, one item's row patches (``filter_blocking``) and one partial dw (K*Cg*R*S), the tap table, and the
-padded dy (N*K*length) when Ho*Wo is not whole vectors. Backward-data keeps the padded dy (N*K*Hd*Wd, ``data_plane``) plus the room, one stage per thread, the per-phase weights
-(K*Cg*R*S) and tap tables (2*Kg*R*S int64).
+padded dy (N*K*length) when Ho*Wo is not whole vectors. Backward-data keeps the padded dy (N*K*Hd*Wd,
+``data_plane``) plus the room, one stage per thread, the per-phase weights (K*Cg*R*S) and tap tables
+(2*Kg*R*S int64).
 
 Constraints: none. float32 and float64 are each compiled; float16 is computed in float32 by ``convalgos.run``.
 Accuracy: sums in the compute dtype; the float32 errors measured for each pass are in ``shared.py``.

@@ -123,9 +123,12 @@ def _eight_by_three(patches, dy, taps, n0, images, K, k0, q, p0, pitch, length, 
     (dy flat, each image's plane at a pitch of ``length``)."""
     L = lanes(part)
     oa, ob, oc = taps[1, q], taps[1, q + 1], taps[1, q + 2]
-    a0, b0, c0, a1, b1, c1, a2, b2 = zeros(part), zeros(part), zeros(part), zeros(part), zeros(part), zeros(part), zeros(part), zeros(part)
-    c2, a3, b3, c3, a4, b4, c4, a5 = zeros(part), zeros(part), zeros(part), zeros(part), zeros(part), zeros(part), zeros(part), zeros(part)
-    b5, c5, a6, b6, c6, a7, b7, c7 = zeros(part), zeros(part), zeros(part), zeros(part), zeros(part), zeros(part), zeros(part), zeros(part)
+    a0, b0, c0, a1 = zeros(part), zeros(part), zeros(part), zeros(part)
+    b1, c1, a2, b2 = zeros(part), zeros(part), zeros(part), zeros(part)
+    c2, a3, b3, c3 = zeros(part), zeros(part), zeros(part), zeros(part)
+    a4, b4, c4, a5 = zeros(part), zeros(part), zeros(part), zeros(part)
+    b5, c5, a6, b6 = zeros(part), zeros(part), zeros(part), zeros(part)
+    c6, a7, b7, c7 = zeros(part), zeros(part), zeros(part), zeros(part)
     pa, pb, pc = patches[taps[0, q] - p0], patches[taps[0, q + 1] - p0], patches[taps[0, q + 2] - p0]
     for m in range(images):
         ia, ib, ic, d0 = m * pitch + oa, m * pitch + ob, m * pitch + oc, ((n0 + m) * K + k0) * length

@@ -20,9 +20,9 @@ x element that P copied into that place (entries of taps in the padding are drop
 reads, cut off by the stride, get zero). Backward-filter is dy times the patches transposed: dW_g = dY_g P^T,
 one GEMM per group summed over the batch. Both identities hold per group; the groups of one product are one
 ``matmul`` over stacked operands (groups, ...) on the BLAS convalgos configures (``convalgos.gemm``: scipy's
-OpenBLAS; transposed operands as BLAS transposes, no copy). The kernels (``kernels.py``): ``fill_patches`` builds P in parallel over
-(image, tap) rows; ``col2im`` gathers each dx row's taps in a fixed order, in parallel over (image, channel,
-row): no two threads write one element, so the result is bitwise repeatable.
+OpenBLAS; transposed operands as BLAS transposes, no copy). The kernels (``kernels.py``): ``fill_patches``
+builds P in parallel over (image, tap) rows; ``col2im`` gathers each dx row's taps in a fixed order, in
+parallel over (image, channel, row): no two threads write one element, so the result is bitwise repeatable.
 
 Chunks. The passes walk the layer in chunks, each with its own patch (or column) matrix:
 - Several images per chunk (small images at large batch): their columns sit side by side, column
