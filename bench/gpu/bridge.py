@@ -20,12 +20,11 @@ import numpy as np
 from autotune import Tuner, models
 from autotune.measure import interleaved, median
 
-from .common import Device, emit, short_error
+from .common import Device, TorchStep, emit, short_error
 
 ROUNDS, MIN_SECONDS = 5, 0.3
 #: model name -> (batch, input size) the check runs
 BRIDGE_NETS = {"resnet20": (32, 32)}
-LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 5e-4
 
 
 def tiny_torch(torch):
@@ -34,27 +33,6 @@ def tiny_torch(torch):
     nn = torch.nn
     return nn.Sequential(nn.Conv2d(1, 2, 3, padding=1, bias=False), nn.BatchNorm2d(2), nn.ReLU(),
                          nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(2, 10))
-
-
-class TorchStep:
-    """A torch model's SGD step and eval pass on one batch."""
-
-    def __init__(self, torch, model, x, labels):
-        self.torch, self.model, self.x, self.labels = torch, model, x, labels
-        self.opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
-
-    def step(self) -> float:
-        self.model.train()
-        loss = self.torch.nn.functional.cross_entropy(self.model(self.x), self.labels)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt.step()
-        return float(loss.detach())
-
-    def forward(self) -> None:
-        self.model.eval()
-        with self.torch.no_grad():
-            self.model(self.x)
 
 
 def served(model, at) -> dict:

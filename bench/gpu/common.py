@@ -1,6 +1,6 @@
 """What the GPU check's jobs share: the device (CuPy and CUDA events on a GPU, NumPy and wall time under the
 simulator), layer shapes and grids, the line protocol between a job and the parent, the fault hook the tests
-use, and short error texts."""
+use, short error texts, and torch's side of a training job (its SGD step and eval pass)."""
 from __future__ import annotations
 
 import json
@@ -91,3 +91,28 @@ class Device:
         gpu.release_workspaces()
         if not self.simulated:
             self.xp.get_default_memory_pool().free_all_blocks()
+
+
+#: the SGD both sides of a GPU job train with (ours through autotune.optim, torch's through torch.optim)
+LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 5e-4
+
+
+class TorchStep:
+    """A torch model's SGD step and eval pass on one batch."""
+
+    def __init__(self, torch, model, x, labels):
+        self.torch, self.model, self.x, self.labels = torch, model, x, labels
+        self.opt = torch.optim.SGD(model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
+
+    def step(self) -> float:
+        self.model.train()
+        loss = self.torch.nn.functional.cross_entropy(self.model(self.x), self.labels)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        self.opt.step()
+        return float(loss.detach())
+
+    def forward(self) -> None:
+        self.model.eval()
+        with self.torch.no_grad():
+            self.model(self.x)

@@ -20,13 +20,12 @@ import numpy as np
 from autotune import CaptureError, Tuner, cuda_graph, models, nn, optim
 from autotune.measure import interleaved, median
 
-from .common import Device, emit, short_error
+from .common import LR, MOMENTUM, WEIGHT_DECAY, Device, TorchStep, emit, short_error
 from .step_profile import profile_sides
 
 ROUNDS, MIN_SECONDS = 5, 0.5
 #: model name -> (batch, input size) the check runs.
 NETS = {"resnet20": (32, 32), "resnet18": (32, 224)}
-LR, MOMENTUM, WEIGHT_DECAY = 0.01, 0.9, 5e-4
 
 
 def tiny(tuner, seed=0) -> nn.Sequential:
@@ -93,7 +92,7 @@ class GraphedSide:
         return None
 
 
-class TorchSide:
+class TorchSide(TorchStep):
     """torch's twin of the model on cuDNN (benchmark on), same weights, same batch, the same SGD."""
 
     def __init__(self, model, x, labels):
@@ -101,28 +100,13 @@ class TorchSide:
 
         from autotune.profile.tf32 import torch_tf32_off
         from bench.torch_twin import torch_twin
-        self.torch, self.tf32 = torch, torch_tf32_off(torch)
+        self.tf32 = torch_tf32_off(torch)
         torch.backends.cudnn.benchmark = True
-        self.model = torch_twin(model)
-        self.model.load_state_dict({k: torch.from_numpy(np.asarray(v.get() if hasattr(v, "get") else v))
-                                    for k, v in model.state_dict().items()}, strict=False)
-        self.model.cuda()
-        self.x = torch.from_numpy(np.asarray(x.get() if hasattr(x, "get") else x)).cuda()
-        self.labels = torch.from_numpy(np.asarray(labels)).cuda()
-        self.opt = torch.optim.SGD(self.model.parameters(), lr=LR, momentum=MOMENTUM, weight_decay=WEIGHT_DECAY)
-
-    def step(self) -> float:
-        self.model.train()
-        loss = self.torch.nn.functional.cross_entropy(self.model(self.x), self.labels)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        self.opt.step()
-        return float(loss)
-
-    def forward(self) -> None:
-        self.model.eval()
-        with self.torch.no_grad():
-            self.model(self.x)
+        twin = torch_twin(model)
+        twin.load_state_dict({k: torch.from_numpy(np.asarray(v.get() if hasattr(v, "get") else v))
+                              for k, v in model.state_dict().items()}, strict=False)
+        super().__init__(torch, twin.cuda(), torch.from_numpy(np.asarray(x.get() if hasattr(x, "get") else x)).cuda(),
+                         torch.from_numpy(np.asarray(labels)).cuda())
 
 
 def build(name: str, dev: Device, benchmark: bool):

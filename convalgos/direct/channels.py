@@ -82,27 +82,36 @@ class DirectChannels(Algorithm):
     deterministic = True
     tolerance = TOLERANCE
 
+    def _roles(self, p: ConvParams, op: str) -> tuple[int, int, int]:
+        """(output channels per group, input channels per group, V) of pass ``op``: backward-data's outputs
+        are the layer's input channels."""
+        outputs, inputs = (p.Kg, p.Cg) if op == "forward" else (p.Cg, p.Kg)
+        return outputs, inputs, blocking(outputs, p.itemsize)[1]
+
+    def _channels(self, p: ConvParams, op: str) -> int:
+        """Output channels the pass computes: each group's rounded up to whole blocks of V."""
+        outputs, _, V = self._roles(p, op)
+        return p.groups * -(-outputs // V) * V
+
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         if op == "backward_filter":                    # not a pass of this idea (module docstring)
             return 0
-        outputs, planes, plane = (p.Kg, p.C, self._padded(p)[2:]) if op == "forward" else \
-                                 (p.Cg, p.K, data_plane(p)[2:])
+        _, inputs, V = self._roles(p, op)
+        planes, (Hp, Wp) = (p.C, self._padded(p)[2:]) if op == "forward" else (p.K, data_plane(p)[2:])
         room = PIXELS * (p.stride[1] if op == "forward" else 1)
-        elements = p.N * planes * plane[0] * plane[1] + room + self.prepare_bytes(p, op) // p.itemsize
-        taps = (p.Cg if op == "forward" else p.Kg) * p.R * p.S
-        return (elements + get_num_threads() * PIXELS * blocking(outputs, p.itemsize)[1]) * p.itemsize + taps * 8
+        elements = p.N * planes * Hp * Wp + room + self.prepare_bytes(p, op) // p.itemsize
+        return (elements + get_num_threads() * PIXELS * V) * p.itemsize + inputs * p.R * p.S * 8
 
     def flops(self, p: ConvParams, op: str = "forward") -> int:
         if op == "backward_filter":
             return 0
+        _, inputs, _ = self._roles(p, op)
         if op == "forward":
-            V = blocking(p.Kg, p.itemsize)[1]
-            Ho, Wo = p.out_hw
-            return 2 * p.N * p.groups * -(-p.Kg // V) * V * p.Cg * p.R * p.S * Ho * whole_tiles(Wo)
-        V = blocking(p.Cg, p.itemsize)[1]
-        terms = sum(rt.size * st.size * Ha * whole_tiles(Wa) for (_, rt, _, Ha), (_, st, _, Wa) in data_phases(p)
-                    if Ha > 0 and Wa > 0)
-        return 2 * p.N * p.groups * -(-p.Cg // V) * V * p.Kg * terms
+            terms = p.R * p.S * p.out_hw[0] * whole_tiles(p.out_hw[1])
+        else:
+            terms = sum(rt.size * st.size * Ha * whole_tiles(Wa) for (_, rt, _, Ha), (_, st, _, Wa)
+                        in data_phases(p) if Ha > 0 and Wa > 0)
+        return 2 * p.N * self._channels(p, op) * inputs * terms
 
     # ---- prepared weights ------------------------------------------------------------------------------------
     def prepare_weight(self, w, p: ConvParams, op: str):
@@ -114,10 +123,8 @@ class DirectChannels(Algorithm):
     def prepare_bytes(self, p: ConvParams, op: str = "forward") -> int:
         if op == "backward_filter":
             return 0
-        outputs = p.Kg if op == "forward" else p.Cg
-        V = blocking(outputs, p.itemsize)[1]
-        inputs = p.Cg if op == "forward" else p.Kg
-        return p.groups * -(-outputs // V) * V * inputs * p.R * p.S * p.itemsize
+        _, inputs, _ = self._roles(p, op)
+        return self._channels(p, op) * inputs * p.R * p.S * p.itemsize
 
     def _pack(self, w, p: ConvParams, op: str, flat) -> None:
         """flat = each phase's weight as (groups * blocks, taps * V), one phase after another (forward: one
@@ -126,11 +133,11 @@ class DirectChannels(Algorithm):
         for (rows, cols, _), start, size in self._phase_slices(p, op):
             if size:
                 pack_weight(w, op == "backward_data", p.groups, rows, cols,
-                            flat[start:start + size].reshape(p.groups * self._blocks(p, op), -1))
+                            flat[start:start + size].reshape(self._blocks(p, op), -1))
 
     def _blocks(self, p: ConvParams, op: str) -> int:
-        outputs = p.Kg if op == "forward" else p.Cg
-        return -(-outputs // blocking(outputs, p.itemsize)[1])
+        """Register blocks of V output channels over all groups: the packed weight's rows."""
+        return self._channels(p, op) // self._roles(p, op)[2]
 
     def _phase_slices(self, p: ConvParams, op: str):
         """((row taps, column taps, the phase), start, size) of each phase's packed weight in the flat form."""
@@ -138,11 +145,10 @@ class DirectChannels(Algorithm):
             phases = [(np.arange(p.R), np.arange(p.S), None)]
         else:
             phases = [(row[1], col[1], (row, col)) for row, col in data_phases(p)]
-        outputs, inputs = (p.Kg, p.Cg) if op == "forward" else (p.Cg, p.Kg)
-        width = p.groups * self._blocks(p, op) * blocking(outputs, p.itemsize)[1]
+        _, inputs, _ = self._roles(p, op)
         start, result = 0, []
         for rows, cols, phase in phases:
-            size = width * inputs * rows.size * cols.size
+            size = self._channels(p, op) * inputs * rows.size * cols.size
             result.append(((rows, cols, phase), start, size))
             start += size
         return result
@@ -163,7 +169,7 @@ class DirectChannels(Algorithm):
         wide, V = blocking(p.Kg, p.itemsize)
         if p.stride == (1, 1) and p.S == 1 and p.padding[1] == (0, 0) and out.flags.c_contiguous:
             out = out.reshape(p.N, p.K, 1, -1)         # rows as wide as the plane: one row of Ho*Wo pixels
-        channel_rows(padded, packed.reshape(p.groups * self._blocks(p, "forward"), -1), taps, p.groups,
+        channel_rows(padded, packed.reshape(self._blocks(p, "forward"), -1), taps, p.groups,
                      p.Cg * Hp * Wp, sh, sw, Wp, wide, self._stage(V, x.dtype), out)
 
     def backward_data(self, dy, w, p: ConvParams, out, prepared=None) -> None:
@@ -175,7 +181,7 @@ class DirectChannels(Algorithm):
         packed = self._weights(w, p, "backward_data", prepared)
         taps = self.workspace.get("direct_channels.taps", (p.Kg * p.R * p.S,), np.int64)
         wide, V = blocking(p.Cg, p.itemsize)
-        stage, blocks = self._stage(V, dy.dtype), p.groups * self._blocks(p, "backward_data")
+        stage, blocks = self._stage(V, dy.dtype), self._blocks(p, "backward_data")
         for (rt, st, phase), start, size in self._phase_slices(p, "backward_data"):
             (rho_h, _, fh, Ha), (rho_w, _, fw, Wa) = phase
             view = out[:, :, fh * sh + rho_h - top::sh, fw * sw + rho_w - left::sw][:, :, :Ha, :Wa]
