@@ -1,9 +1,12 @@
-"""winograd_fused_4x4: F(4x4, 3x3) one block of tiles at a time. It agrees with the float64 reference on the
-forward and backward-data passes (blocks that straddle tile rows and images, a last partial block, groups,
-padding that crops), has no backward-filter pass, and counts its products as done: 36 per tile and (k, c)."""
+"""winograd_fused_4x4: F(4x4, 3x3) (F(3x3, 4x4) for backward-filter) one block of tiles at a time. It agrees with
+the float64 reference on all three passes (blocks that straddle tile rows and images, a last partial block,
+groups, padding that crops, channels that do not fill a register tile), gives the same backward-filter at any
+thread count, and counts its products as done: 36 per tile and (k, c)."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
+
+import numba
 
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, reference
@@ -12,14 +15,14 @@ from convalgos.kernels.simd import REGISTER_BYTES
 from layers import layers
 
 FUSED = ALGORITHMS["winograd_fused_4x4"]
-PASSES = ["forward", "backward_data"]
+PASSES = convalgos.PASSES
 
 
 def operands(p, op, seed=0):
     rng = np.random.default_rng(seed)
     x, w, dy = (rng.standard_normal(shape).astype(p.compute_dtype)
                 for shape in (p.in_shape, p.weight_shape, p.out_shape))
-    return (x, w) if op == "forward" else (dy, w)
+    return {"forward": (x, w), "backward_data": (dy, w), "backward_filter": (x, dy)}[op]
 
 
 def error(p, op, seed=0):
@@ -32,7 +35,7 @@ def error(p, op, seed=0):
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(layer=layers(kernel=(3, 3), stride=(1, 1), dilation=(1, 1), max_hw=14))
-def test_random_3x3_layers_both_passes(op, dtype, layer):
+def test_random_3x3_layers_every_pass(op, dtype, layer):
     p = ConvParams.from_shapes(layer["x_shape"], layer["w_shape"], padding=layer["padding"],
                                groups=layer["groups"], dtype=dtype)
     assert error(p, op) <= FUSED.tolerance_of(op, dtype)
@@ -46,6 +49,8 @@ def test_random_3x3_layers_both_passes(op, dtype, layer):
     (((3, 9, 11, 9), (13, 9, 3, 3)), ((3, 0), (0, 4)), 1),   # padding over 2 crops dy in backward-data
     (((1, 3, 9, 262), (5, 3, 3, 3)), 1, 1),         # 66 tiles a row: whole blocks inside one row (stride-4 reads)
     (((1, 40, 6, 6), (40, 40, 3, 3)), 1, 1),        # one block: the channel blocks split over parts (threads)
+    (((2, 48, 8, 8), (20, 24, 3, 3)), 1, 2),        # backward-filter: 24 channels a group (a wide tile's 32
+    (((1, 5, 13, 7), (3, 5, 3, 3)), ((0, 2), (1, 0)), 1),    # lanes, 8 of them zero), 10 rows; 3 rows, 5 lanes
 ])
 def test_blocks_channels_and_edges(op, shape, padding, groups):
     p = ConvParams.from_shapes(*shape, padding=padding, groups=groups)
@@ -61,14 +66,36 @@ def test_agrees_with_the_non_fused_pass_of_the_same_maths():
     assert normwise_error(fused, plain) < 1e-5
 
 
-def test_no_backward_filter_and_the_usual_3x3_limits():
+def test_the_usual_3x3_limits_on_every_pass():
     p = ConvParams.from_shapes((1, 4, 8, 8), (4, 4, 3, 3), padding=1)
-    assert not FUSED.implements("backward_filter")
-    assert "no backward_filter pass" in FUSED.supports(p, "backward_filter").reason
+    assert all(FUSED.supports(p, op) for op in PASSES)
     strided = ConvParams.from_shapes((1, 4, 8, 8), (4, 4, 3, 3), padding=1, stride=2)
     assert "stride 1, got (2, 2)" in FUSED.supports(strided, "forward").reason
     five = ConvParams.from_shapes((1, 4, 8, 8), (4, 4, 5, 5), padding=2)
     assert "3x3 kernel, got 5x5" in FUSED.supports(five, "backward_data").reason
+    assert "3x3 kernel, got 5x5" in FUSED.supports(five, "backward_filter").reason
+
+
+def test_backward_filter_at_any_thread_count_keeps_sums_only_where_there_are_tiles():
+    """Each thread sums its own blocks of tiles and the threads' sums are added at the end (within tolerance at
+    one thread and at all of them); a layer of one
+    block (here 4 tiles) runs on one thread and keeps one S, not one per thread."""
+    p = ConvParams.from_shapes((8, 32, 16, 16), (32, 32, 3, 3), padding=1)          # 128 tiles: 4 blocks
+    x, dy = operands(p, "backward_filter")
+    ref = reference.PASS["backward_filter"](x, dy, p)
+    threads = numba.get_num_threads()
+    small = ConvParams.from_shapes((1, 32, 8, 8), (32, 32, 3, 3), padding=1)
+    try:
+        results, sizes = [], []
+        for n_threads in sorted({1, threads}):
+            numba.set_num_threads(n_threads)
+            results.append(convalgos.run(FUSED, "backward_filter", x, dy, p))
+            sizes.append(FUSED.workspace_bytes(small, "backward_filter"))
+    finally:
+        numba.set_num_threads(threads)
+    for got in results:
+        assert normwise_error(got, ref) <= FUSED.tolerance_of("backward_filter", "float32")
+    assert max(sizes) - min(sizes) < 36 * small.K * small.Cg * 4          # not one S (147 KB) per thread
 
 
 @pytest.mark.parametrize("op", PASSES)

@@ -36,15 +36,43 @@ Backward-data is the forward pass over dx's tiles with the flipped filters and K
 convalgos.winograd); it reads U of the flipped filters transposed, a view: the products broadcast U one
 element at a time, so on small layers the layout costs nothing (ResNet-20 C64 8x8: 0.78 ms, forward 0.90),
 while on C = K = 512 the strided reads made it 24 ms against forward's 16 (the non-fused pass, 18, wins there).
-Backward-filter has no fused form here, as in cuDNN (its fused BWD_FILTER_ALGO_WINOGRAD is not implemented):
-"winograd_4x4" computes it.
+Backward-filter, F(3x3, 4x4) (the maths of convalgos.winograd: dy's tiles are the "filters"), fused the same way
+(cuDNN documents its fused BWD_FILTER_ALGO_WINOGRAD as not implemented; ``fused_filter_kernels.py``). Per block
+of TB tiles, in the thread's scratch:
+
+    X[xi][t, c] = (B'^T x[c, t] B')[xi]                every input channel c of the group (6 x 6 patches of x)
+    D[xi][k, t] = (G' dy[k, t] G'^T)[xi]               every output channel k (4 x 4 tiles of dy)
+    S_thread[xi] += D[xi] @ X[xi]    (Kg x TB) @ (TB x Cg)  alpha^2 products summed over the block's tiles
+    dw[k, c] = A'^T (sum over threads of S_thread)[:, k, c] A'      once, after every block
+
+The products are an outer-product register tile (``kernels.lane_tiles``, ``direct_channels``' tile): 8 output
+channels x two vectors of input channels (32 float32 with AVX-512; one vector when a group has at most L), per
+tile one or two vector loads of X and 8 broadcasts of D; so X is written with the channels in the lanes (the
+input transform runs with the tiles in the lanes, then scatters). Where the non-fused pass writes X and D for
+every tile (36 (C + K) P elements: 9.4 MB on ResNet-20 b32's C16 32x32 layers) and hands alpha^2 small GEMMs to
+BLAS (64 x 128 x 64 on its C64 8x8 layers: 80 GFLOP/s measured), here nothing but the sums leaves the cache.
+Each thread keeps its own S (alpha^2 Kg Cg per group, channels rounded up to the tile), added at the end: the
+cost that grows with K C (C = K = 512: 38 MB a thread; a layer of one block runs on one thread, one S).
+Measured (2-core AMD EPYC Zen 5, AVX-512, float32, 2 threads, 2026-12-04, medians of 20 interleaved calls), ms,
+this / winograd_4x4 / direct / torch: ResNet-20 b32 C64 8x8 0.54 / 0.78 / 0.58 / 0.49, C32 16x16 0.73 / 0.97 /
+0.49 / 0.46, C16 32x32 1.35 / 1.80 / 0.53 / 0.67; ResNet-18 b1 C64 56x56 0.83 / 0.99 / 0.78 / 0.69, C128 28x28
+0.88 / 0.98 / 0.75 / 0.72, C256 14x14 3.7 / 1.9 / 1.2 / 1.0. It beats the non-fused pass but not ``direct``,
+except on the C64 8x8 layer, by 7%. Why, per tile and channel of x or dy: the products cost 36 K / 32
+cycles at two 16-lane FMAs a cycle (72 at K = 64), the transforms ~100 (36 gathered loads and stores of the
+patch, the sandwich, 36 scattered stores to turn it; then dy's), so they cost more than the products they save
+until K and C reach the hundreds, where the tiles of a b1 net are few. Timed inside the kernel (C16 32x32):
+x's gather 0.56 ms, its sandwich 0.15, turning it 0.12, dy's transform 0.24, the products 0.16. ``direct``'s
+filter pass runs at ~75% of the FMA peak on these layers (151 MFLOP in 0.5 ms), so there is little to win.
 
 FLOPs (``flops``): alpha^2 products per tile and (k, c) pair, 36 against direct's 144 (4x fewer), over P
 rounded up to whole blocks, plus the transforms as in convalgos.winograd (X d X^T costs 2 nnz(X) (a + b)).
 Workspace (``workspace_bytes``): the padded input, U, and per thread V (alpha^2 Cg TB), M (Kg alpha^2 TB),
 D and T (alpha^2 TB), Y (m^2 TB), the filter transform's scratch (``kernels.scratch_elements`` of its block of
 filters: ``filter_block``, at most an equal share per thread) and the kernel's four TB-long index arrays; the
-products' tap table (2 Cg integers).
+products' tap table (2 Cg integers). Backward-filter: per thread X (alpha^2 Cgp TB), D (alpha^2 Kp TB), the
+transforms' scratch (6 x 6 and 4 x 4: 184 TB), a tile's stage (8 V) and S (alpha^2 groups Kp Cgp; Kp, Cgp: a
+group's channels rounded up to 8 and to V); the summed S (alpha^2 K Cg), the output transform's scratch and a
+tap table (TB integers).
 Constraints: a 3x3 kernel, stride 1, dilation 1 (any padding, any groups). Accuracy: as winograd_4x4's.
 """
 from __future__ import annotations
@@ -52,16 +80,20 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads
 
+from ..kernels.lane_tiles import ROWS
+from ..kernels.simd import REGISTER_BYTES, REGISTERS
 from ..params import ConvParams
 from ..registry import Algorithm
 from .cooktoom import cook_toom
+from .fused_filter_kernels import add_thread_sums, fused_filter_sums
 from .fused_kernels import fused_correlate
 from .kernels import block_tiles, filter_block_size, filter_transform, scratch_elements, shift_into
 from .shared import TOLERANCES, f3x3_constraints, sandwich_flops, tile_grid
 
 
 class FusedWinograd(Algorithm):
-    """F(m x m, 3 x 3), forward and backward-data, one block of TB tiles at a time (module docstring)."""
+    """F(m x m, 3 x 3) forward and backward-data, F(3 x 3, m x m) backward-filter, one block of TB tiles at a
+    time (module docstring)."""
 
     deterministic = True
     #: filters ((k, c) pairs) per item of the filter transform (at most an equal share of them per thread).
@@ -75,7 +107,9 @@ class FusedWinograd(Algorithm):
         self.name = f"winograd_fused_{m}x{m}"
         self.tolerances, self.tolerance = TOLERANCES[m], TOLERANCES[m]["forward"]
         self.matrices = cook_toom(m, 3)
+        self.filter_matrices = cook_toom(3, m)                       # F(3, m): backward-filter
         self._float = {np.dtype(dt): self.matrices.as_float(dt) for dt in (np.float32, np.float64)}
+        self._filter_float = {np.dtype(dt): self.filter_matrices.as_float(dt) for dt in (np.float32, np.float64)}
 
     # ---- sizes ---------------------------------------------------------------------------------------------
     def _tiles(self, p: ConvParams, op: str) -> tuple[int, int]:
@@ -100,6 +134,8 @@ class FusedWinograd(Algorithm):
         return f3x3_constraints(self.name, p)
 
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
+        if op == "backward_filter":
+            return self._filter_workspace_bytes(p)
         tiles_h, tiles_w = self._tiles(p, op)
         n_in, _, in_g, out_g = self._channels(p, op)
         a2, TB = self.alpha ** 2, self.block_tiles(p)
@@ -113,6 +149,8 @@ class FusedWinograd(Algorithm):
         return scratch_elements(3, self.alpha, filter_block_size(p.K * p.Cg, self.filter_block, n_threads))
 
     def flops(self, p: ConvParams, op: str = "forward") -> int:
+        if op == "backward_filter":
+            return self._filter_flops(p)
         P, (n_in, n_out, _, _) = self.computed_tiles(p, op), self._channels(p, op)
         AT, G, BT = self.matrices.AT, self.matrices.G, self.matrices.BT
         return (2 * self.alpha ** 2 * p.K * p.Cg * P + sandwich_flops(BT) * n_in * P
@@ -171,3 +209,61 @@ class FusedWinograd(Algorithm):
         fused_correlate(pad, U, BT, AT, self.m, tiles_h, tiles_w, taps,
                         scratch["V"], scratch["M"], scratch["D"], scratch["T"], scratch["Y"], out)
 
+
+    # ---- backward-filter (module docstring) -----------------------------------------------------------------
+    def _filter_lanes(self, p: ConvParams) -> tuple[int, bool]:
+        """(V, wide): input channels per register tile, two vectors where a group has more than one vector's
+        worth and the CPU has 32 vector registers, else one."""
+        L = REGISTER_BYTES // p.itemsize
+        wide = p.Cg > L and REGISTERS >= 32
+        return (2 * L if wide else L), wide
+
+    def _filter_padded(self, p: ConvParams) -> tuple[int, int]:
+        """(Kp, Cgp): a group's output channels rounded up to the tile's 8 rows, its input channels to V."""
+        V, _ = self._filter_lanes(p)
+        return -(-p.Kg // ROWS) * ROWS, -(-p.Cg // V) * V
+
+    def _filter_workers(self, p: ConvParams) -> int:
+        """Threads the sums run on: one per (group, block of tiles) at most, so that a layer of few tiles keeps
+        no S it would leave at zero (each is alpha^2 K Cg elements: 38 MB at C = K = 512)."""
+        return min(get_num_threads(), p.groups * -(-self.computed_tiles(p, "backward_filter") // self.block_tiles(p)))
+
+    def _filter_workspace_bytes(self, p: ConvParams) -> int:
+        a2, TB, n_threads, workers = self.alpha ** 2, self.block_tiles(p), get_num_threads(), self._filter_workers(p)
+        (V, _), (Kp, Cgp) = self._filter_lanes(p), self._filter_padded(p)
+        per_worker = (a2 * TB * (Cgp + Kp) + (36 + 36 + 36 * V + 16 + 24 + 36) * TB + ROWS * V
+                      + a2 * p.groups * Kp * Cgp)
+        elements = workers * per_worker + n_threads * self._filter_scratch_elements(p, n_threads) + a2 * p.K * p.Cg
+        return elements * p.itemsize + (1 + workers * 10) * TB * 8
+
+    def _filter_flops(self, p: ConvParams) -> int:
+        """alpha^2 products per tile and (k, c) pair over whole blocks, Cg rounded up to V, plus the transforms:
+        B'^T per tile and input channel, G' per tile and output channel, A'^T per (k, c). Not counted: adding the
+        threads' sums, (threads - 1) alpha^2 K Cg, which depends on the machine, not the layer."""
+        P, (_, Cgp) = self.computed_tiles(p, "backward_filter"), self._filter_padded(p)
+        AT, G, BT = self.filter_matrices.AT, self.filter_matrices.G, self.filter_matrices.BT
+        return (2 * self.alpha ** 2 * p.K * Cgp * P + sandwich_flops(BT) * p.C * P + sandwich_flops(G) * p.K * P
+                + sandwich_flops(AT) * p.K * p.Cg)
+
+    def backward_filter(self, x, dy, p: ConvParams, out) -> None:
+        AT, G, BT = self._filter_float[x.dtype]
+        a, a2, TB, n_threads = self.alpha, self.alpha ** 2, self.block_tiles(p), get_num_threads()
+        workers = self._filter_workers(p)
+        (V, wide), (Kp, Cgp) = self._filter_lanes(p), self._filter_padded(p)
+        tiles_h, tiles_w = self._tiles(p, "backward_filter")
+        (top, _), (left, _) = p.padding
+        get = self.workspace.get
+        taps = get("filter_taps", (TB,), np.int64)
+        taps[:] = np.arange(TB)
+        scratch = [get(name, (workers,) + shape, x.dtype) for name, shape in (
+            ("D6", (6, 6, TB)), ("T6", (6, 6, TB)), ("Y6", (36, V, TB)), ("D4", (4, 4, TB)), ("T4", (6, 4, TB)),
+            ("Y4", (6, 6, TB)), ("X", (a2, Cgp // V, TB, V)), ("D", (a2, Kp, TB)), ("stage", (ROWS * V,)),
+            ("S_thread", (a2, p.groups, Kp, Cgp)))]
+        where = get("filter_where", (workers, 2, 5, TB), np.int64)
+        fused_filter_sums(x, dy, top, left, BT, G, tiles_h, tiles_w, wide, taps, *scratch[:-1], where, scratch[-1])
+        S = get("S", (a2, p.groups, p.Kg, p.Cg), x.dtype)
+        add_thread_sums(scratch[-1], S)
+        filter_scratch = get("filter_scratch", (n_threads, self._filter_scratch_elements(p, n_threads)), x.dtype)
+        block = filter_block_size(p.K * p.Cg, self.filter_block, n_threads)
+        filter_transform(S.reshape(a, a, p.K * p.Cg).transpose(2, 0, 1), AT, block, filter_scratch,
+                         out.reshape(p.K * p.Cg, 3, 3))

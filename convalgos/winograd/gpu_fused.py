@@ -16,7 +16,8 @@ with U = G w G^T made by two cuBLAS products per call (``gpu.filter_transform``;
 inference) and the matrices shared with the CPU side (``shared.pass_matrices``), on the device once per device
 and dtype (``shared.DeviceConstants``). Backward-data is the forward pass over dx's tiles, dy placed at
 (2 - top, 2 - left), with the flipped filters and K, C swapped (as ``gpu.py``). Backward-filter has no fused
-form, as on the CPU and in cuDNN: ``winograd_4x4`` computes it.
+form here, as in cuDNN (the CPU's fused F(3x3, 4x4) backward-filter has no GPU twin yet): ``winograd_4x4``
+computes it.
 
 The trade-off, for the tuner's race: every block of CHANNELS_OUT output channels transforms its input tiles
 again (out channels / CHANNELS_OUT times in all), where the non-fused pass transforms each once; and every
