@@ -1,5 +1,6 @@
-"""``depthwise``: the layers it takes (and the reason it gives for the others), its in-place and channels-last
-forward paths, its per-plane backward passes (reference, identities, torch), workspace and FLOPs per pass."""
+"""``depthwise``: the layers it takes (and the reason it gives for the others), its forward pass (rows of vectors
+from a buffered plane: strides 1, 2 and past 2, masked last vectors, blocks of rows past Ho), its per-plane
+backward passes (reference, identities, torch), workspace and FLOPs per pass."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -7,7 +8,8 @@ from hypothesis import strategies as st
 
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, reference
-from convalgos.depthwise.cpu import CHANNELS_LAST_MIN_C, channels_last, data_tables
+from convalgos.depthwise.cpu import data_tables
+from convalgos.kernels.simd import REGISTER_BYTES
 from convalgos.reference import normwise_error
 from test_direct import check_backward
 
@@ -132,22 +134,18 @@ def test_3x3_like_mobilenet(dtype, stride, size):
 
 
 @pytest.mark.parametrize("dtype", ["float32", "float64"])
-@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=1),
-                                dict(stride=(2, 1), padding=((0, 2), (1, 0))), dict(dilation=2, padding=(2, 1))])
-def test_channels_last_path(dtype, kw):
-    C = CHANNELS_LAST_MIN_C + 3
-    p = ConvParams.from_shapes((2, C, 7, 9), (C, 1, 3, 3), groups=C, **kw)
-    assert channels_last(p)
-    check((2, C, 7, 9), (C, 1, 3, 3), dtype, groups=C, **kw)
-    check_backward("depthwise", (2, C, 7, 9), (C, 1, 3, 3), dtype, groups=C, **kw)
-
-
-@pytest.mark.parametrize("kw", [dict(padding=((1, 1), (2, 0))), dict(padding=((0, 2), (0, 2))),
-                                dict(dilation=2, padding=2), dict(dilation=(1, 2), padding=(0, 2))])
-def test_flat_rows_with_wrapped_borders(kw):
-    """Wo = W: the inner rows are one flat pass whose wrapped border columns are recomputed."""
-    check((1, 3, 10, 9), (3, 1, 3, 3), groups=3, **kw)
-    check((1, 3, 10, 9), (3, 1, 3, 3), "float64", groups=3, **kw)
+@pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=1), dict(stride=(1, 3), padding=(0, 2)),
+                                dict(stride=(2, 1), padding=((0, 2), (1, 0))), dict(dilation=2, padding=(2, 1)),
+                                dict(stride=(3, 4), dilation=(1, 3), padding=((4, 0), (0, 5))),
+                                dict(padding=((1, 1), (2, 0))), dict(padding=((0, 2), (0, 2))),
+                                dict(dilation=(1, 2), padding=(0, 2))])
+def test_forward_rows_at_every_column_stride(dtype, kw):
+    """Column stride 1 (vector copies), 2 (two-vector reads, even lanes) and 3, 4 (column phases); planes whose
+    rows are one vector and a part (W = L + 3) and whose output rows are not whole blocks of four; padding that
+    puts a whole block of rows, or a column phase, in the zeros."""
+    width = REGISTER_BYTES // np.dtype(dtype).itemsize + 3
+    check((2, 67, 9, width), (67, 1, 3, 3), dtype, groups=67, **kw)
+    check((1, 3, 5, 9), (6, 1, 2, 3), dtype, groups=3, **kw)           # channel multiplier 2, 2x3 kernel
 
 
 def test_channel_multiplier():
@@ -157,7 +155,8 @@ def test_channel_multiplier():
 LAYERS = [((2, 4, 15, 12), (4, 1, 3, 3), dict(stride=2, padding=1, groups=4)),     # column phases
           ((2, 4, 15, 12), (4, 1, 3, 3), dict(padding=1, groups=4)),               # partial sums only
           ((2, 4, 15, 12), (8, 1, 3, 3), dict(stride=(1, 3), dilation=2, groups=4)),  # multiplier 2
-          ((2, 64, 15, 12), (64, 1, 3, 3), dict(stride=2, padding=1, groups=64))]  # channels-last forward
+          ((2, 64, 15, 12), (64, 1, 3, 3), dict(stride=2, padding=1, groups=64)),
+          ((2, 4, 15, 12), (4, 1, 3, 3), dict(stride=(2, 3), padding=2, groups=4))]    # column phases
 
 
 @pytest.mark.parametrize("op", convalgos.PASSES)
@@ -167,7 +166,6 @@ def test_workspace_bytes_is_what_each_pass_keeps(op, x_shape, w_shape, kw):
     x = rng.standard_normal(x_shape).astype(np.float32)
     w = rng.standard_normal(w_shape).astype(np.float32)
     p = ConvParams.from_arrays(x, w, **kw)
-    assert channels_last(p) == (x_shape[1] == 64)
     dy = rng.standard_normal(p.out_shape).astype(np.float32)
     a, b = {"forward": (x, w), "backward_data": (dy, w), "backward_filter": (x, dy)}[op]
     DEPTHWISE.release()
@@ -178,13 +176,16 @@ def test_workspace_bytes_is_what_each_pass_keeps(op, x_shape, w_shape, kw):
 
 
 @pytest.mark.parametrize("kw", [dict(padding=1), dict(stride=2, padding=(2, 0), dilation=(1, 2))])
-def test_flops_count_the_taps_that_read_inside_x(kw):
-    """Forward (in place) and backward-filter multiply only the (output, tap) pairs that read inside x."""
+def test_flops_count_the_taps_as_computed(kw):
+    """Backward-filter multiplies only the (output, tap) pairs that read inside x; the forward pass every tap of
+    every output it computes: Ho rounded up to blocks of four rows, Wo to whole vectors."""
     p = ConvParams.from_shapes((2, 3, 9, 8), (6, 1, 3, 3), groups=3, **kw)
     (sh, sw), (dh, dw), ((top, _), (left, _)), (Ho, Wo) = p.stride, p.dilation, p.padding, p.out_hw
     inside = sum(0 <= i * sh + r * dh - top < 9 and 0 <= j * sw + s * dw - left < 8
                  for i in range(Ho) for j in range(Wo) for r in range(3) for s in range(3))
-    assert DEPTHWISE.flops(p) == DEPTHWISE.flops(p, "backward_filter") == 2 * 2 * 6 * inside < p.flops
+    assert DEPTHWISE.flops(p, "backward_filter") == 2 * 2 * 6 * inside < p.flops
+    L = REGISTER_BYTES // 4
+    assert DEPTHWISE.flops(p) == 2 * 2 * 6 * 9 * -(-Ho // 4) * 4 * -(-Wo // L) * L
 
 
 def test_backward_data_flops_at_stride_1():

@@ -17,19 +17,15 @@ A plane has only R*S taps, so the cost is in moving data, not in arithmetic, and
 tensor would cost as much as the convolution: every pass here works on one plane at a time, in per-thread
 buffers at most a few planes large.
 
-Forward (``depthwise_planes``): an item is a plane (n, k); the valid outputs of each tap (those reading inside
-x) are tabulated once per call, per row tap and per column tap (``axis_taps``); for a stride > 1 the thread
-first splits the plane into its sh * sw phases (each Hc x Wc = ceil(H/sh) x ceil(W/sw), ``phase_split``) so
-taps read contiguously. When Wo = Wc (all MobileNet layers), an output and its tap are the same distance apart
-in the flat plane on every row, so the rows whose taps all lie inside x are one flat pass per three taps
-(acc[t] = prev[t] + wa*xa[t] + wb*xb[t] + wc*xc[t] over thousands of t, ping-ponging between two partial-sum
-buffers, which LLVM vectorises), after which the one or two border columns of each row, where the pass wrapped
-into the next row, are recomputed tap by tap. Other rows get the same passes over their common valid columns,
-then their border columns.
-Channels-last rule (``channels_last``, forward only): with K == C >= CHANNELS_LAST_MIN_C channels and planes of
-at most CHANNELS_LAST_MAX_PLANE outputs (MobileNet's 7x7 with 1024 channels) the plane passes are too short to
-vectorise, so x is moved channels-last (zero-padded, N Hp Wp C), each pass runs over all C channels of one
-output pixel (acc[c] += w[r, s, c] * x[i + r, j + s, c], three taps per pass), and y is moved back.
+Forward (``rows.depthwise_rows``): an item is a plane (n, k). The thread copies x's plane into its own
+zero-bordered buffer (at column stride > 2 as its column phases, so every read is contiguous), then computes
+four output rows at a time, a vector of L outputs each, all R*S taps summed in registers. Measured on
+MobileNet's depthwise layers (2-core Zen 5, AVX-512, b1, 2026-12-04, ms, this / the flat passes it replaced /
+torch): 14x14 C512 0.041 / 0.088 / 0.067, stride 2 0.037 / 0.072 / 0.058; 7x7 C1024 0.054 / 0.082 / 0.059; 28x28
+C256 0.063 / 0.082 / 0.083, stride 2 0.042 / 0.090 / 0.064; 112x112 C64 stride 2 0.109 / 0.168 / 0.122; it
+loses only on the 112x112 C32 (0.087-0.108 / 0.084-0.091) and 56x56 C128 (0.106-0.179 / 0.101-0.155) layers,
+where the flat passes read x in place and this copies it. Those flat passes (per plane and per row: tap
+tables, border fixes) and a channels-last route for small planes are gone: one route serves every layer.
 
 Backward-data (``depthwise_data``) gathers, per plane (n, c): the thread copies dy's m planes into a buffer
 zero-bordered by (R-1)*dh//sh rows and (S-1)*dw//sw columns, and for each phase (rho_h, rho_w) of dx (input
@@ -41,15 +37,13 @@ Backward-filter (``depthwise_filter``): one channel k per item, over all images:
 output row over the columns where the tap reads inside x, read in place (stride > 1: from the thread's
 polyphase copy of the plane), summed in a fixed order (deterministic, no atomics).
 
-FLOPs (``flops``, one multiply and one add per term): forward 2*N*K*T, T = the (output, tap) pairs that read
-inside x (the zero-weight taps that pad a row's list to a multiple of three and the wrapped border columns the
-flat passes recompute, up to two per row, are not counted); channels-last 2*N*K*R*S*Ho*Wo (padded taps
-multiplied by zero); backward-filter 2*N*K*T; backward-data 2*N*C*sum over phases of
+FLOPs (``flops``, one multiply and one add per term): forward 2*N*K*R*S * (Ho rounded up to whole blocks of
+four rows) * (Wo rounded up to whole vectors), as computed (taps that read the padding multiply zeros);
+backward-filter 2*N*K*T, T = the (output, tap) pairs that read inside x; backward-data 2*N*C*sum over phases of
 (taps rounded up to a multiple of three) * ((rows - 1)*Wd + columns).
 
-Workspace (``workspace_bytes``), per thread: forward 2*Ho*Wo partial sums plus, for a stride > 1, one plane's
-phases (``phase_split``); channels-last keeps x and y channels-last (N Hp Wp C and N Ho Wo K) and the weights
-(R S K); backward-data m padded dy planes (m*Hd*Wd, ``kernels.phases.data_plane``), a phase result and two partial
+Workspace (``workspace_bytes``), per thread: forward one plane's buffer (``rows.buffer_shape``: Hb x
+phases x Wc, plus a vector); backward-data m padded dy planes (m*Hd*Wd, ``kernels.phases.data_plane``), a phase result and two partial
 sums (3 * Hmax * Wd, Hmax the most rows of a phase); backward-filter one plane's phases for a stride > 1.
 
 Constraints: groups == C (one group per input channel), any K = m*C, stride, asymmetric padding and dilation;
@@ -63,17 +57,9 @@ from numba import get_num_threads
 from ..kernels.phases import data_phases, data_plane
 from ..params import ConvParams
 from ..registry import SUPPORTED, Algorithm, Support, unsupported
-from .channels_last import depthwise_channels_last, from_channels_last, to_channels_last
-from .kernels import axis_taps, depthwise_data, depthwise_filter, depthwise_planes
-
-#: depthwise layers with at least this many channels and at most this many outputs per plane run channels-last
-#: (passes as long as C instead of a plane); measured 1.8x faster on 1024 channels of 7x7, no gain at 14x14.
-CHANNELS_LAST_MIN_C, CHANNELS_LAST_MAX_PLANE = 64, 100
-
-
-def channels_last(p: ConvParams) -> bool:
-    """Whether the forward pass runs channels-last (many channels, small planes, no channel multiplier)."""
-    return p.K == p.C and p.C >= CHANNELS_LAST_MIN_C and p.out_hw[0] * p.out_hw[1] <= CHANNELS_LAST_MAX_PLANE
+from ..kernels.simd import REGISTER_BYTES
+from .kernels import axis_taps, depthwise_data, depthwise_filter
+from .rows import ROWS, buffer_shape, depthwise_rows
 
 
 def phase_split(p: ConvParams) -> int:
@@ -82,10 +68,11 @@ def phase_split(p: ConvParams) -> int:
     return sh * sw * ((H + sh - 1) // sh) * ((W + sw - 1) // sw) if sh * sw > 1 else 0
 
 
-def padded_extent(p: ConvParams) -> tuple[int, int]:
-    """(Hp, Wp): the part of the zero-padded input that the outputs read (the channels-last copy)."""
-    (sh, sw), (dh, dw), (Ho, Wo) = p.stride, p.dilation, p.out_hw
-    return (Ho - 1) * sh + (p.R - 1) * dh + 1, (Wo - 1) * sw + (p.S - 1) * dw + 1
+def plane_buffer(p: ConvParams) -> tuple[int, int]:
+    """(elements of one thread's plane buffer for the forward pass, vector lanes L)."""
+    L = REGISTER_BYTES // p.itemsize
+    Hb, phases, Wc = buffer_shape(*p.out_hw, *p.stride, p.R, p.S, *p.dilation, L)
+    return Hb * phases * Wc + L, L
 
 
 def tap_ranges(p: ConvParams):
@@ -112,8 +99,8 @@ def data_tables(p: ConvParams):
 
 
 class Depthwise(Algorithm):
-    """Depthwise layers plane by plane: in-place flat passes (or channels-last on small planes), per-plane
-    phase gathers for backward-data, per-channel row dots for backward-filter."""
+    """Depthwise layers plane by plane: four rows of vectors at a time from a buffered plane for the forward
+    pass, per-plane phase gathers for backward-data, per-channel row dots for backward-filter."""
 
     name = "depthwise"
     deterministic = True
@@ -130,11 +117,8 @@ class Depthwise(Algorithm):
 
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         threads = get_num_threads()
-        if op == "forward" and channels_last(p):
-            Hp, Wp = padded_extent(p)
-            return (p.N * Hp * Wp * p.C + p.N * p.out_hw[0] * p.out_hw[1] * p.K + p.R * p.S * p.K) * p.itemsize
         if op == "forward":
-            return threads * (phase_split(p) + 2 * p.out_hw[0] * p.out_hw[1]) * p.itemsize
+            return threads * plane_buffer(p)[0] * p.itemsize
         if op == "backward_filter":
             return threads * phase_split(p) * p.itemsize
         _, _, Hd, Wd = data_plane(p)
@@ -142,9 +126,10 @@ class Depthwise(Algorithm):
         return threads * (p.K // p.C * Hd * Wd + 3 * int(phases[:, 2].max()) * Wd) * p.itemsize
 
     def flops(self, p: ConvParams, op: str = "forward") -> int:
-        if op == "forward" and channels_last(p):
-            return p.flops
-        if op in ("forward", "backward_filter"):
+        if op == "forward":
+            (Ho, Wo), L = p.out_hw, plane_buffer(p)[1]
+            return 2 * p.N * p.K * p.R * p.S * -(-Ho // ROWS) * ROWS * -(-Wo // L) * L
+        if op == "backward_filter":
             rows, cols = tap_ranges(p)
             return 2 * p.N * p.K * int((rows[3] - rows[2]).sum() * (cols[3] - cols[2]).sum())
         phases, _ = data_tables(p)
@@ -153,27 +138,9 @@ class Depthwise(Algorithm):
         return 2 * p.N * p.C * terms
 
     def forward(self, x, w, p: ConvParams, out) -> None:
-        if channels_last(p):
-            self._forward_channels_last(x, w, p, out)
-            return
-        (sh, sw), Wo = p.stride, p.out_hw[1]
-        rows, cols = tap_ranges(p)
-        threads = get_num_threads()
-        split = self._split(p, x.dtype)
-        partial = self.workspace.get("depthwise.partial", (threads, 2 * p.out_hw[0] * Wo), x.dtype)
-        depthwise_planes(x.reshape(p.N, p.C, -1), w.reshape(p.K, -1), rows, cols, p.H, p.W, sh, sw, Wo, split,
-                         partial, out.reshape(p.N, p.K, -1))
-
-    def _forward_channels_last(self, x, w, p: ConvParams, out) -> None:
-        (sh, sw), (dh, dw), ((top, _), (left, _)), (Ho, Wo) = p.stride, p.dilation, p.padding, p.out_hw
-        Hp, Wp = padded_extent(p)
-        xt = self.workspace.get("depthwise.x_channels_last", (p.N, Hp, Wp, p.C), x.dtype)
-        yt = self.workspace.get("depthwise.y_channels_last", (p.N, Ho, Wo, p.K), x.dtype)
-        wt = self.workspace.get("depthwise.w_channels_last", (p.R * p.S, p.K), x.dtype)
-        wt[...] = w.reshape(p.K, p.R * p.S).T
-        to_channels_last(x, top, left, xt)
-        depthwise_channels_last(xt, wt, p.R, p.S, sh, sw, dh, dw, yt)
-        from_channels_last(yt, out)
+        ((top, _), (left, _)), (sh, sw), (dh, dw) = p.padding, p.stride, p.dilation
+        buf = self.workspace.get("depthwise.plane", (get_num_threads(), plane_buffer(p)[0]), x.dtype)
+        depthwise_rows(x, w.reshape(p.K, -1), top, left, sh, sw, dh, dw, p.R, p.S, buf, out)
 
     def backward_data(self, dy, w, p: ConvParams, out) -> None:
         PT, PL, Hd, Wd = data_plane(p)

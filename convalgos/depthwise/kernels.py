@@ -1,5 +1,5 @@
-"""The Numba loop nests of ``depthwise`` that read x (or dy) plane by plane (see cpu.py for the maths):
-forward's in-place flat passes, backward-data's per-phase gathers over a padded dy plane, and
+"""The Numba loop nests of ``depthwise``'s backward passes (see cpu.py for the maths; the forward pass is
+``rows.py``): backward-data's per-phase gathers over a padded dy plane, in flat passes of three taps, and
 backward-filter's per-channel row dots."""
 from __future__ import annotations
 
@@ -31,35 +31,6 @@ def _split_plane_phases(src, H, W, sh, sw, Hc, Wc, dst):
             line = src[ih * W + p:]
             for q in range((W - p + sw - 1) // sw):
                 row[q] = line[q * sw]
-
-
-@njit(cache=True, inline="always")
-def _row_taps(w, k, i, rows, cols, sw, Hc, Wc, tw, toff, tj):
-    """The taps of output row i that read inside x: weight tw[t], source offset toff[t] (output column j reads
-    toff[t] + j of the plane) and valid columns tj[0, t] <= j < tj[1, t]. The list is padded to a multiple of
-    three with zero-weight copies of its last tap. Returns its length."""
-    R, S, t = rows.shape[1], cols.shape[1], 0
-    for r in range(R):
-        if rows[2, r] <= i < rows[3, r]:
-            for s in range(S):
-                tw[t] = w[k, r * S + s]
-                toff[t] = ((rows[0, r] * sw + cols[0, s]) * Hc + i + rows[1, r]) * Wc + cols[1, s]
-                tj[0, t], tj[1, t] = cols[2, s], cols[3, s]
-                t += 1
-    while t % 3 != 0:
-        tw[t], toff[t], tj[0, t], tj[1, t] = 0.0, toff[t - 1], tj[0, t - 1], tj[1, t - 1]
-        t += 1
-    return t
-
-
-@njit(cache=True, inline="always")
-def _border_column(src, n_taps, tw, toff, tj, j, shift):
-    """The sum over the taps t valid at output column j of tw[t] * src[toff[t] + shift + j]."""
-    v = 0.0
-    for t in range(n_taps):
-        if tj[0, t] <= j < tj[1, t]:
-            v += tw[t] * src[toff[t] + shift + j]
-    return v
 
 
 @njit(cache=True, inline="always")
@@ -95,97 +66,6 @@ def _tap_passes(src, first, n_taps, tw, toff, partial, dst, d, length):
                         length)
     if n_taps == 0:
         dst[d:d + length] = 0.0
-
-
-@njit(cache=True, inline="always")
-def _common_columns(n_taps, tj, Wo):
-    """[J0, J1): the output columns where every tap is valid."""
-    J0, J1 = 0, Wo
-    for t in range(n_taps):
-        J0, J1 = max(J0, tj[0, t]), min(J1, tj[1, t])
-    return J0, max(J0, J1)
-
-
-@njit(cache=True, inline="always")
-def _taps_at(n_taps, tw, toff, tj, j, cw, coff):
-    """The taps valid at output column j, compacted: weight cw[u], source offset coff[u] + j. Returns how many."""
-    u = 0
-    for t in range(n_taps):
-        if tj[0, t] <= j < tj[1, t]:
-            cw[u], coff[u] = tw[t], toff[t] + j
-            u += 1
-    return u
-
-
-@njit(cache=True, inline="always")
-def _fix_flat_borders(src, n_taps, tw, toff, tj, J0, J1, I0, I1, Wc, cw, coff, plane, Wo):
-    """plane[i*Wo + j] for rows I0 <= i < I1 and the columns j outside [J0, J1), where the flat pass wrapped
-    into the next row: each column's valid taps are compacted once, then summed down the rows."""
-    for j in range(Wo):
-        if J0 <= j < J1:
-            continue
-        m = _taps_at(n_taps, tw, toff, tj, j, cw, coff)
-        for i in range(I0, I1):
-            if m == 0:
-                plane[i * Wo + j] = 0.0
-                continue
-            shift = (i - I0) * Wc
-            v = cw[0] * src[coff[0] + shift]                # in the compute dtype
-            for u in range(1, m):
-                v += cw[u] * src[coff[u] + shift]
-            plane[i * Wo + j] = v
-
-
-@njit(cache=True, inline="always")
-def _fix_borders(src, n_taps, tw, toff, tj, J0, J1, shift, plane, row, Wo):
-    """plane[row*Wo + j] for the columns j outside [J0, J1), one by one (row taps offset by shift)."""
-    for j in range(J0):
-        plane[row * Wo + j] = _border_column(src, n_taps, tw, toff, tj, j, shift)
-    for j in range(J1, Wo):
-        plane[row * Wo + j] = _border_column(src, n_taps, tw, toff, tj, j, shift)
-
-
-@njit(parallel=True, cache=True, fastmath={"contract"})
-def depthwise_planes(x, w, rows, cols, H, W, sh, sw, Wo, split, partial, out):
-    """out = the depthwise (Cg = 1) convolution, read straight from x; x: (N, C, H*W), w: (K, R*S), out:
-    (N, K, Ho*Wo), rows and cols: ``axis_taps``; partial[thread]: 2*Ho*Wo. One item is a plane (n, k); each
-    thread takes an equal share of the planes. For a stride > 1 the plane is first split into its sh*sw phases
-    (Hc x Wc each) in the thread's own buffer split[thread], so passes are contiguous. When Wo = Wc, output
-    (i, j) and its taps are the same distance apart in the flat plane for every row, so the rows [I0, I1)
-    whose taps all lie inside x are one flat pass per three taps (the columns that wrap are redone after);
-    other rows are computed one by one."""
-    N, C = x.shape[0], x.shape[1]
-    K, Ho = out.shape[1], out.shape[2] // Wo
-    Hc, Wc = (H + sh - 1) // sh, (W + sw - 1) // sw
-    n_threads, most = split.shape[0], rows.shape[1] * cols.shape[1] + 2
-    I0, I1 = 0, 0                                      # the rows whose taps all lie inside x
-    if Wo == Wc:
-        I0, I1 = rows[2].max(), rows[3].min()
-        I1 = max(I0, I1)
-    for thread in prange(n_threads):
-        tw, toff, tj = np.empty(most, w.dtype), np.empty(most, np.int64), np.empty((2, most), np.int64)
-        cw, coff = np.empty(most, w.dtype), np.empty(most, np.int64)
-        start, stop = share(N * K, thread, n_threads)
-        own = partial[thread]
-        for item in range(start, stop):
-            n, k = item // K, item % K
-            src, plane = x[n, k // (K // C)], out[n, k]
-            if sh * sw > 1:
-                _split_plane_phases(src, H, W, sh, sw, Hc, Wc, split[thread])
-                src = split[thread]
-            if I1 > I0:
-                valid = _row_taps(w, k, I0, rows, cols, sw, Hc, Wc, tw, toff, tj)
-                J0, J1 = _common_columns(valid, tj, Wo)
-                _tap_passes(src, J0, valid, tw, toff, own, plane, I0 * Wo + J0, (I1 - 1 - I0) * Wo + J1 - J0)
-                _fix_flat_borders(src, valid, tw, toff, tj, J0, J1, I0, I1, Wc, cw, coff, plane, Wo)
-            for i in range(Ho):
-                if I0 <= i < I1:
-                    continue
-                valid = _row_taps(w, k, i, rows, cols, sw, Hc, Wc, tw, toff, tj)
-                J0, J1 = _common_columns(valid, tj, Wo)
-                _tap_passes(src, J0, valid, tw, toff, own, plane, i * Wo + J0, J1 - J0)
-                _fix_borders(src, valid, tw, toff, tj, J0, J1, 0, plane, i, Wo)
-
 
 
 @njit(parallel=True, cache=True, fastmath={"contract"})

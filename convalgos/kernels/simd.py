@@ -15,6 +15,7 @@ The operations, all for a 1-D array ``a`` of float32 or float64 and an element i
     zeros(a)          a Vec of zeros
     load(a, i)        a[i : i + lanes] as a Vec (unaligned)
     store(a, i, v)    a[i : i + lanes] = v
+    store_head(a, i, v, n)  a[i : i + n] = v[:n] for 0 <= n <= lanes, nothing written past them (a masked store)
     splat(a, i)       a[i] in every lane (a broadcast load)
     fma(u, v, acc)    u * v + acc, lane by lane, one rounding (llvm.fma)
     evens(a, i)       a[i], a[i + 2], ..., a[i + 2*lanes - 2] as a Vec: one load of 2*lanes elements, then the even
@@ -112,6 +113,25 @@ def store(typingctx, a, i, v):
         builder.store(args[2], _vector_pointer(context, builder, sig, args), align=a.dtype.bitwidth // 8)
         return context.get_dummy_value()
     return types.void(a, i, v), codegen
+
+
+@intrinsic
+def store_head(typingctx, a, i, v, n):
+    def codegen(context, builder, sig, args):
+        vector_type = context.get_value_type(sig.args[2])
+        width, i64 = sig.args[2].lanes, ir.IntType(64)
+        count = builder.insert_element(ir.Constant(ir.VectorType(i64, width), ir.Undefined),
+                                       builder.sext(args[3], i64) if args[3].type.width < 64 else args[3],
+                                       ir.Constant(ir.IntType(32), 0))
+        count = builder.shuffle_vector(count, count, ir.Constant(ir.VectorType(ir.IntType(32), width), [0] * width))
+        mask = builder.icmp_signed("<", ir.Constant(ir.VectorType(i64, width), list(range(width))), count)
+        pointer = _vector_pointer(context, builder, sig, args)
+        name = f"llvm.masked.store.v{width}f{a.dtype.bitwidth}.p0v{width}f{a.dtype.bitwidth}"
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(ir.VoidType(), [vector_type, pointer.type, ir.IntType(32), mask.type]), name)
+        builder.call(function, [args[2], pointer, ir.Constant(ir.IntType(32), a.dtype.bitwidth // 8), mask])
+        return context.get_dummy_value()
+    return types.void(a, i, v, n), codegen
 
 
 @intrinsic
