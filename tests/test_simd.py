@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 from numba import njit
 
-from convalgos.kernels.simd import REGISTER_BYTES, evens, fma, lanes, load, splat, store, total, zeros
+from convalgos.kernels.simd import REGISTER_BYTES, evens, fma, lanes, load, splat, store, store_head, total, zeros
 
 
 @njit
@@ -63,3 +63,20 @@ def test_evens_gathers_every_other_element(dtype):
     x, out = np.arange(4 * n, dtype=dtype), np.zeros(n, dtype)
     njit(lambda a, o, i: store(o, 0, evens(a, i)))(x, out, 3)
     np.testing.assert_array_equal(out, x[3:3 + 2 * n:2])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_store_head_writes_the_first_lanes_only_even_at_the_end_of_an_array(dtype):
+    """The masked store of a row's last part: lanes past n are neither written nor read from memory, so a store
+    at the last element of an array is safe."""
+    n = REGISTER_BYTES // np.dtype(dtype).itemsize
+    head = njit(lambda a, o, i, k: store_head(o, i, load(a, 0), k))
+    x = np.arange(1, n + 1, dtype=dtype)
+    for k in (0, 1, n - 1, n):
+        out = np.full(n + 5, -1, dtype)
+        head(x, out, 2, k)
+        np.testing.assert_array_equal(out[2:2 + k], x[:k])
+        assert (out[:2] == -1).all() and (out[2 + k:] == -1).all()
+    tail = np.full(3, -1, dtype)
+    head(x, tail, 1, 2)                                   # a full vector would run n - 2 elements past tail
+    np.testing.assert_array_equal(tail, [-1, 1, 2])
