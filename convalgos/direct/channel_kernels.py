@@ -19,9 +19,11 @@ def channel_rows(xp, wp, xoff, groups, group_pitch, sh, sw, Wp, wide, stage, out
     """out[n, g*Kg + k, i, j] = sum over taps q of wp[g*B + k // V, q*V + k % V] * xp[n, g*group_pitch + xoff[q]
     + i*sh*Wp + j*sw], for each of the ``groups`` groups g of Kg = K // groups output channels; V channels per
     block (2L when ``wide``, else L), B = wp.shape[0] // groups blocks per group (channels past Kg are zero).
-    xp: (N, one image's padded planes, flat), read up to 8*sw elements past a row's end (junk pixels of a last
-    tile; the caller leaves that much room after the last image). A work item is one output row of one channel
-    block of one image; each thread owns stage[thread] (8 pixels x V channels), copied out channel by channel."""
+    xp: (N, one image's padded planes, flat). A row's last tile ends at its last pixel (recomputing a few of the
+    tile before: the same sums, stored again) where the row has at least 8 pixels, so reads stay inside the
+    row's inputs; a shorter row's tile reads up to 8*sw elements past them (junk pixels, never stored: the
+    caller leaves that much room after the last image). A work item is one output row of one channel block of
+    one image; each thread owns stage[thread] (8 pixels x V channels), copied out channel by channel."""
     N, K, Ho, Wo = out.shape
     V = 2 * lanes(wp[0]) if wide else lanes(wp[0])
     blocks, Kg = wp.shape[0], K // groups
@@ -37,7 +39,7 @@ def channel_rows(xp, wp, xoff, groups, group_pitch, sh, sw, Wp, wide, stage, out
             g, first = b // per_group, (b % per_group) * V
             xr, wb = xp[n], wp[b]
             for tile in range(tiles):
-                j0 = tile * PIXELS
+                j0 = min(tile * PIXELS, max(0, Wo - PIXELS))
                 at = g * group_pitch + i * sh * Wp + j0 * sw
                 if wide:
                     wide_tile(xr, wb, xoff, at, sw, st)

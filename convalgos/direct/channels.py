@@ -99,7 +99,8 @@ class DirectChannels(Algorithm):
         _, inputs, V = self._roles(p, op)
         planes, (Hp, Wp) = (p.C, self._padded(p)[2:]) if op == "forward" else (p.K, data_plane(p)[2:])
         room = PIXELS * (p.stride[1] if op == "forward" else 1)
-        elements = p.N * planes * Hp * Wp + room + self.prepare_bytes(p, op) // p.itemsize
+        copy = 0 if op == "forward" and self._in_place(p) else p.N * planes * Hp * Wp + room
+        elements = copy + self.prepare_bytes(p, op) // p.itemsize
         return (elements + get_num_threads() * PIXELS * V) * p.itemsize + inputs * p.R * p.S * 8
 
     def flops(self, p: ConvParams, op: str = "forward") -> int:
@@ -159,16 +160,31 @@ class DirectChannels(Algorithm):
         (top, bottom), (left, right) = p.padding
         return top, left, p.H + top + bottom, p.W + left + right
 
+    def _in_place(self, p: ConvParams) -> bool:
+        """Whether the forward pass reads x itself: no padding, and every output row (one row of Ho*Wo pixels
+        when ``_one_row``) at least a tile wide, so that its last tile reads inside x (``channel_rows``)."""
+        return p.padding == ((0, 0), (0, 0)) and (p.out_hw[0] * p.out_hw[1] if self._one_row(p) else
+                                                   p.out_hw[1]) >= PIXELS
+
+    @staticmethod
+    def _one_row(p: ConvParams) -> bool:
+        """Whether an output plane is one row of Ho*Wo pixels: rows as wide as the padded plane's (stride 1, S =
+        1, no column padding: pointwise layers)."""
+        return p.stride == (1, 1) and p.S == 1 and p.padding[1] == (0, 0)
+
     def forward(self, x, w, p: ConvParams, out, prepared=None) -> None:
         top, left, Hp, Wp = self._padded(p)
         (sh, sw), (dh, dw) = p.stride, p.dilation
-        padded = self._padded_planes(x, top, left, Hp, Wp, PIXELS * sw)
+        if self._in_place(p):                            # no copy: x is its own padded form
+            padded = x.reshape(p.N, -1)
+        else:
+            padded = self._padded_planes(x, top, left, Hp, Wp, PIXELS * sw)
         packed = self._weights(w, p, "forward", prepared)
         taps = self.workspace.get("direct_channels.taps", (p.Cg * p.R * p.S,), np.int64)
         tap_offsets(np.arange(p.R) * dh, np.arange(p.S) * dw, Hp * Wp, Wp, taps)
         wide, V = blocking(p.Kg, p.itemsize)
-        if p.stride == (1, 1) and p.S == 1 and p.padding[1] == (0, 0) and out.flags.c_contiguous:
-            out = out.reshape(p.N, p.K, 1, -1)         # rows as wide as the plane: one row of Ho*Wo pixels
+        if self._one_row(p) and out.flags.c_contiguous:
+            out = out.reshape(p.N, p.K, 1, -1)         # one row of Ho*Wo pixels
         channel_rows(padded, packed.reshape(self._blocks(p, "forward"), -1), taps, p.groups,
                      p.Cg * Hp * Wp, sh, sw, Wp, wide, self._stage(V, x.dtype), out)
 
