@@ -15,40 +15,49 @@ PIXELS = ROWS
 
 
 @njit(parallel=True, cache=True)
-def channel_rows(xp, wp, xoff, groups, group_pitch, sh, sw, Wp, wide, stage, out):
+def channel_rows(xp, wp, xoff, groups, group_pitch, sh, sw, Wp, wide, chunk, stage, out):
     """out[n, g*Kg + k, i, j] = sum over taps q of wp[g*B + k // V, q*V + k % V] * xp[n, g*group_pitch + xoff[q]
     + i*sh*Wp + j*sw], for each of the ``groups`` groups g of Kg = K // groups output channels; V channels per
     block (2L when ``wide``, else L), B = wp.shape[0] // groups blocks per group (channels past Kg are zero).
     xp: (N, one image's padded planes, flat). A row's last tile ends at its last pixel (recomputing a few of the
     tile before: the same sums, stored again) where the row has at least 8 pixels, so reads stay inside the
     row's inputs; a shorter row's tile reads up to 8*sw elements past them (junk pixels, never stored: the
-    caller leaves that much room after the last image). A work item is one output row of one channel block of
-    one image; each thread owns stage[thread] (8 pixels x V channels), copied out channel by channel."""
+    caller leaves that much room after the last image).
+
+    Blocking: a work item is a run of tiles of one output row of one image and a chunk of ``chunk`` channel
+    blocks of one group; for each tile, every block of the chunk in turn, so the tile's inputs are read from
+    the cache once per block while the chunk's packed weights (``chunk`` x taps x V) stay in it. Rows are cut
+    into runs of tiles only as far as the threads need items. Each thread owns stage[thread] (8 pixels x V
+    channels), copied out channel by channel."""
     N, K, Ho, Wo = out.shape
     V = 2 * lanes(wp[0]) if wide else lanes(wp[0])
     blocks, Kg = wp.shape[0], K // groups
     per_group = blocks // groups
+    chunks = (per_group + chunk - 1) // chunk
     tiles = (Wo + PIXELS - 1) // PIXELS
-    n_items = N * blocks * Ho
     n_threads = stage.shape[0]
+    rows = N * groups * chunks * Ho
+    runs = min(tiles, max(1, (2 * n_threads + rows - 1) // rows))
     for thread in prange(n_threads):
-        start, stop = share(n_items, thread, n_threads)
+        start, stop = share(rows * runs, thread, n_threads)
         st = stage[thread]
         for item in range(start, stop):
-            n, b, i = item // (blocks * Ho), (item // Ho) % blocks, item % Ho
-            g, first = b // per_group, (b % per_group) * V
-            xr, wb = xp[n], wp[b]
-            for tile in range(tiles):
+            row, run = item // runs, item % runs
+            n, g, c, i = row // (groups * chunks * Ho), (row // (chunks * Ho)) % groups, (row // Ho) % chunks, row % Ho
+            xr = xp[n]
+            for tile in range(run * tiles // runs, (run + 1) * tiles // runs):
                 j0 = min(tile * PIXELS, max(0, Wo - PIXELS))
                 at = g * group_pitch + i * sh * Wp + j0 * sw
-                if wide:
-                    wide_tile(xr, wb, xoff, at, sw, st)
-                else:
-                    narrow_tile(xr, wb, xoff, at, sw, st)
-                for kk in range(min(V, Kg - first)):
-                    orow = out[n, g * Kg + first + kk, i]
-                    for p in range(min(PIXELS, Wo - j0)):
-                        orow[j0 + p] = st[p * V + kk]
+                for b in range(g * per_group + c * chunk, g * per_group + min(per_group, (c + 1) * chunk)):
+                    first = (b % per_group) * V
+                    if wide:
+                        wide_tile(xr, wp[b], xoff, at, sw, st)
+                    else:
+                        narrow_tile(xr, wp[b], xoff, at, sw, st)
+                    for kk in range(min(V, Kg - first)):
+                        orow = out[n, g * Kg + first + kk, i]
+                        for p in range(min(PIXELS, Wo - j0)):
+                            orow[j0 + p] = st[p * V + kk]
 
 
 @njit(parallel=True, cache=True)

@@ -62,6 +62,10 @@ from .kernels import split_phases
 from .shared import TOLERANCE
 
 
+#: packed weights a work item keeps in cache while it runs its blocks over each tile (L2-sized).
+CHUNK_BYTES = 256 << 10
+
+
 def blocking(outputs: int, itemsize: int) -> tuple[bool, int]:
     """(wide, V): two vectors of channels per block (sixteen accumulators) where the CPU has 32 vector
     registers and a group has more output channels than one vector's lanes, else one vector."""
@@ -186,7 +190,7 @@ class DirectChannels(Algorithm):
         if self._one_row(p) and out.flags.c_contiguous:
             out = out.reshape(p.N, p.K, 1, -1)         # one row of Ho*Wo pixels
         channel_rows(padded, packed.reshape(self._blocks(p, "forward"), -1), taps, p.groups,
-                     p.Cg * Hp * Wp, sh, sw, Wp, wide, self._stage(V, x.dtype), out)
+                     p.Cg * Hp * Wp, sh, sw, Wp, wide, self._chunk(taps.size, V, p), self._stage(V, x.dtype), out)
 
     def backward_data(self, dy, w, p: ConvParams, out, prepared=None) -> None:
         """Per phase of dx (``convalgos.kernels.phases``): a stride-1 pass over the padded dy with that phase's
@@ -209,7 +213,13 @@ class DirectChannels(Algorithm):
             n_taps = p.Kg * rt.size * st.size
             tap_offsets(fh + PT - rt * dh // sh, fw + PL - st * dw // sw, Hd * Wd, Wd, taps[:n_taps])
             channel_rows(padded, packed[start:start + size].reshape(blocks, -1), taps[:n_taps], p.groups,
-                         p.Kg * Hd * Wd, 1, 1, Wd, wide, stage, view)
+                         p.Kg * Hd * Wd, 1, 1, Wd, wide, self._chunk(n_taps, V, p), stage, view)
+
+    @staticmethod
+    def _chunk(n_taps: int, V: int, p: ConvParams) -> int:
+        """Channel blocks a work item runs over each tile: as many as keep their packed weights within
+        CHUNK_BYTES (at least one)."""
+        return max(1, CHUNK_BYTES // (n_taps * V * p.itemsize))
 
     def _padded_planes(self, a, top, left, Hp, Wp, room):
         """``a`` zero-padded into (N, channels * Hp * Wp) planes, followed by ``room`` zeros that a row's last
