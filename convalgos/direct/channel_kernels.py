@@ -54,10 +54,15 @@ def channel_rows(xp, wp, xoff, groups, group_pitch, sh, sw, Wp, wide, chunk, sta
                         wide_tile(xr, wp[b], xoff, at, sw, st)
                     else:
                         narrow_tile(xr, wp[b], xoff, at, sw, st)
-                    for kk in range(min(V, Kg - first)):
-                        orow = out[n, g * Kg + first + kk, i]
-                        for p in range(min(PIXELS, Wo - j0)):
-                            orow[j0 + p] = st[p * V + kk]
+                    k0 = g * Kg + first
+                    if j0 + PIXELS <= Wo:               # a whole tile: eight stores a channel, unrolled
+                        for kk in range(min(V, Kg - first)):
+                            for p in range(PIXELS):
+                                out[n, k0 + kk, i, j0 + p] = st[p * V + kk]
+                    else:
+                        for kk in range(min(V, Kg - first)):
+                            for p in range(Wo - j0):
+                                out[n, k0 + kk, i, j0 + p] = st[p * V + kk]
 
 
 @njit(parallel=True, cache=True)
