@@ -3,7 +3,8 @@ import numpy as np
 import pytest
 from numba import njit
 
-from convalgos.kernels.simd import REGISTER_BYTES, evens, fma, lanes, load, splat, store, store_head, total, zeros
+from convalgos.kernels.simd import (REGISTER_BYTES, evens, fma, lanes, load, splat, store, store8, store_head, total,
+                                    transpose8, zeros)
 
 
 @njit
@@ -80,3 +81,25 @@ def test_store_head_writes_the_first_lanes_only_even_at_the_end_of_an_array(dtyp
     tail = np.full(3, -1, dtype)
     head(x, tail, 1, 2)                                   # a full vector would run n - 2 elements past tail
     np.testing.assert_array_equal(tail, [-1, 1, 2])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_transpose8_and_store8_turn_eight_rows_into_columns(dtype):
+    """Eight vectors of L lanes (L >= 8) as an 8 x L matrix; each column of 8 stored as one row of the result."""
+    n = REGISTER_BYTES // np.dtype(dtype).itemsize
+    if n < 8:
+        pytest.skip("a vector of fewer than 8 lanes")
+
+    @njit
+    def turn(m, out):
+        u = transpose8(load(m[0], 0), load(m[1], 0), load(m[2], 0), load(m[3], 0), load(m[4], 0), load(m[5], 0),
+                       load(m[6], 0), load(m[7], 0))
+        for q in range(8):
+            for h in range(n // 8):
+                store8(out, (8 * h + q, 1), u[q], h)
+
+    m = np.random.default_rng(0).standard_normal((8, n)).astype(dtype)
+    out = np.zeros((n, 10), dtype)
+    turn(m, out)
+    np.testing.assert_array_equal(out[:, 1:9], m.T)
+    assert (out[:, 0] == 0).all() and (out[:, 9] == 0).all()

@@ -8,14 +8,14 @@ from numba import njit, prange
 
 from ..kernels.loops import share
 from ..kernels.lane_tiles import ROWS, narrow_tile, wide_tile
-from ..kernels.simd import lanes
+from ..kernels.simd import lanes, load, store8, transpose8
 
 #: output pixels of one register tile (consecutive pixels of one output row): the tile's rows.
 PIXELS = ROWS
 
 
 @njit(parallel=True, cache=True)
-def channel_rows(xp, wp, xoff, groups, group_pitch, sh, sw, Wp, wide, chunk, stage, out):
+def channel_rows(xp, wp, xoff, groups, group_pitch, sh, sw, Wp, wide, chunk, turn, stage, out):
     """out[n, g*Kg + k, i, j] = sum over taps q of wp[g*B + k // V, q*V + k % V] * xp[n, g*group_pitch + xoff[q]
     + i*sh*Wp + j*sw], for each of the ``groups`` groups g of Kg = K // groups output channels; V channels per
     block (2L when ``wide``, else L), B = wp.shape[0] // groups blocks per group (channels past Kg are zero).
@@ -28,7 +28,8 @@ def channel_rows(xp, wp, xoff, groups, group_pitch, sh, sw, Wp, wide, chunk, sta
     blocks of one group; for each tile, every block of the chunk in turn, so the tile's inputs are read from
     the cache once per block while the chunk's packed weights (``chunk`` x taps x V) stay in it. Rows are cut
     into runs of tiles only as far as the threads need items. Each thread owns stage[thread] (8 pixels x V
-    channels), copied out channel by channel."""
+    channels): with ``turn`` (out's rows contiguous, L >= 8) a whole tile is turned in registers on its way
+    out, else copied channel by channel."""
     N, K, Ho, Wo = out.shape
     V = 2 * lanes(wp[0]) if wide else lanes(wp[0])
     blocks, Kg = wp.shape[0], K // groups
@@ -54,15 +55,33 @@ def channel_rows(xp, wp, xoff, groups, group_pitch, sh, sw, Wp, wide, chunk, sta
                         wide_tile(xr, wp[b], xoff, at, sw, st)
                     else:
                         narrow_tile(xr, wp[b], xoff, at, sw, st)
-                    k0 = g * Kg + first
-                    if j0 + PIXELS <= Wo:               # a whole tile: eight stores a channel, unrolled
-                        for kk in range(min(V, Kg - first)):
+                    k0, count = g * Kg + first, min(V, Kg - first)
+                    if j0 + PIXELS <= Wo and turn:      # a whole tile, turned in registers
+                        _turned_store(st, V, count, out, n, k0, i, j0)
+                    elif j0 + PIXELS <= Wo:             # eight stores a channel, unrolled
+                        for kk in range(count):
                             for p in range(PIXELS):
                                 out[n, k0 + kk, i, j0 + p] = st[p * V + kk]
                     else:
-                        for kk in range(min(V, Kg - first)):
+                        for kk in range(count):
                             for p in range(Wo - j0):
                                 out[n, k0 + kk, i, j0 + p] = st[p * V + kk]
+
+
+@njit(cache=True, inline="always")
+def _turned_store(st, V, count, out, n, k0, i, j0):
+    """out[n, k0 + kk, i, j0:j0 + 8] = the tile's eight pixels of channel kk (kk < count), from the stage
+    (pixel p's V channels at st[p*V:]): each vector of L channels read back for the 8 pixels, turned in
+    registers (``simd.transpose8``: 24 shuffles) and stored 8 pixels a channel, where a channel by channel
+    copy makes 8 scalar stores of each (out's rows contiguous; L >= 8)."""
+    L = lanes(st)
+    for v0 in range(0, V, L):
+        u = transpose8(load(st, v0), load(st, V + v0), load(st, 2 * V + v0), load(st, 3 * V + v0),
+                       load(st, 4 * V + v0), load(st, 5 * V + v0), load(st, 6 * V + v0), load(st, 7 * V + v0))
+        for q in range(8):
+            for h in range(L // 8):
+                if v0 + 8 * h + q < count:
+                    store8(out, (n, k0 + v0 + 8 * h + q, i, j0), u[q], h)
 
 
 @njit(parallel=True, cache=True)

@@ -15,7 +15,7 @@ accumulators in registers over all C*R*S taps. A pixel's x is read in place, at 
 phase split, no junk columns; a row's last tile computes up to 7 pixels past Wo, never stored. Where an
 output row spans the whole padded row (stride 1, S = 1, no column padding: pointwise layers), the plane's rows
 are one row of Ho*Wo pixels (14 x 14: 200 computed, not 224). The tile is
-then copied out channel by channel (the transposition NCHW needs; oneDNN keeps its tensors blocked instead).
+then turned into NCHW's order on its way out (below; oneDNN keeps its tensors blocked instead).
 
 Backward-data is the same kernel on dy, by phases as ``direct`` computes it (``convalgos.kernels.phases``):
 each phase of dx (its rows of one residue modulo sh, its columns of one residue modulo sw) is a stride-1
@@ -30,18 +30,31 @@ whole blocks (a group of at most L channels takes one vector, V = L) and pixels 
 computed; 14: 16; 16, 32, 56 and 112 exact); backward-data the same sum over its phases, each with its taps.
 
 Workspace: the zero-padded input or dy (N*channels*Hp*Wp elements, plus one tile of room the last row's
-tile reads), the packed weight (blocks*V*inputs*R*S over all phases; none kept when ``prepared``), the tap
-offsets (inputs*R*S int64) and one tile per thread.
+tile reads; none for a forward pass that reads x in place), the packed weight (blocks*V*inputs*R*S over all
+phases; none kept when ``prepared``), the tap offsets (inputs*R*S int64) and one tile per thread.
 
-Measured (2-core AMD EPYC Zen 5, AVX-512, float32, 2 threads, 2026-12-04, medians of 15 interleaved calls,
-weights packed on every call; ms, direct_channels / direct / torch): ResNet-20 b32's stride-2 3x3 forward
-0.50 / 0.64 / 0.79 (C16 32 px) and 0.40 / 0.49 / 0.28 (C32 16 px); its C64 8 px layer forward 0.56 / 0.66 / 0.42
-and backward-data 0.59 / 0.74 / 0.50; C32 16 px backward-data 0.66 / 0.66 / 0.52. It loses where a block of 32
-channels meets few pixels per weight (C512 7x7 b1: 2.3 against direct's 0.86: the packed weight, 590 KB per
-block, is streamed for each row of 7 pixels) and on 16-channel layers (one vector: 8 accumulators, 0.94 against
-0.61). The copy-out of each tile (scalar, channel by channel) is 7% of a C64 8 px pass, 13% at C32 16 px and
-25% at C16 32 px (timed against the same kernel without it, interleaved, ResNet-20 b32 layers); an in-register
-8 x 16 transpose would recover most of it. The race keeps it where it wins.
+The tile's way out. The accumulators hold 8 pixels x V channels; NCHW wants each channel's 8 pixels side by
+side. The tile is staged, read back a vector of L channels at a time for the 8 pixels and turned in registers
+(``simd.transpose8``: three rounds of 8 two-source shuffles), then stored 8 pixels a channel. A channel by
+channel copy (8 scalar stores each, through a row view per channel) took most of the time on shallow layers:
+timed against the kernel with no copy-out at all (2 threads, 2026-12-04), ms, MobileNet's C32 112x112 1x1
+0.52 / 0.12 with the view per channel, 0.36 with the stores indexed in place, 0.16 turned; C128 56x56 1x1
+0.41 / 0.21 -> 0.33 -> 0.23; ResNet-20's C16 32 px stride-2 0.29 / 0.16 -> 0.23 -> 0.21. Where out's rows are
+strided (backward-data's phases of dx at stride > 1) or a row's last tile is partial, the channel by channel
+copy stays. Work items: a run of tiles of one output row times a chunk of channel blocks whose packed weights
+fit CHUNK_BYTES (L2), each tile's inputs reused from cache by every block of the chunk; rows are cut into runs
+only as far as the threads need items. An unpadded input whose output rows are at least a tile wide is read
+in place (no copy: a row's last tile is moved back to end at its last pixel, so it reads nothing past x).
+
+Measured (2-core AMD EPYC Zen 5, AVX-512, float32, 2 threads, 2026-12-04, medians of 20-30 interleaved calls,
+weights packed on every call but the 1x1 layers', which are prepared; ms, direct_channels / direct / torch):
+MobileNet's 1x1 layers C32 112x112 0.27 / 0.35 / 0.36 (torch's own run in the net), C128 56x56 0.28 / 0.37 /
+0.31, C256 28x28 0.27 / 0.35 / 0.29, C512 14x14 0.27 / 0.41 / 0.30, C1024 7x7 0.29 / 0.42 / 0.33; ResNet-20
+b32's stride-2 3x3 forward 0.30 / 0.43 / 0.31 (C16 32 px) and 0.30 / 0.44 / 0.23 (C32 16 px); its C64 8 px
+layer forward 0.44 / 0.59 / 0.37 and backward-data 0.46 / 0.64. It loses where a block of 32 channels meets
+few pixels per weight (C512 7x7 b1 unprepared: 2.1 against direct's 0.79: the packed weight, 590 KB per block,
+is streamed for each row of 7 pixels) and on 16-channel layers (one vector: 8 accumulators, 0.63 against
+0.48). The race keeps it where it wins.
 
 Constraints: none (every layer, every stride, dilation, padding and groups; a depthwise layer fills one lane
 of V, and the race leaves it to ``depthwise``). float32 and float64 are each compiled; float16 is computed in
@@ -72,6 +85,12 @@ def blocking(outputs: int, itemsize: int) -> tuple[bool, int]:
     L = REGISTER_BYTES // itemsize
     wide = REGISTERS >= 32 and outputs > L
     return wide, 2 * L if wide else L
+
+
+def turns(out) -> bool:
+    """Whether a whole tile is turned in registers on its way into ``out`` (``channel_rows``): out's rows are
+    contiguous and a vector has at least 8 lanes."""
+    return out.strides[-1] == out.itemsize and REGISTER_BYTES // out.itemsize >= 8
 
 
 def whole_tiles(columns: int) -> int:
@@ -190,7 +209,7 @@ class DirectChannels(Algorithm):
         if self._one_row(p) and out.flags.c_contiguous:
             out = out.reshape(p.N, p.K, 1, -1)         # one row of Ho*Wo pixels
         channel_rows(padded, packed.reshape(self._blocks(p, "forward"), -1), taps, p.groups,
-                     p.Cg * Hp * Wp, sh, sw, Wp, wide, self._chunk(taps.size, V, p), self._stage(V, x.dtype), out)
+                     p.Cg * Hp * Wp, sh, sw, Wp, wide, self._chunk(taps.size, V, p), turns(out), self._stage(V, x.dtype), out)
 
     def backward_data(self, dy, w, p: ConvParams, out, prepared=None) -> None:
         """Per phase of dx (``convalgos.kernels.phases``): a stride-1 pass over the padded dy with that phase's
@@ -213,7 +232,7 @@ class DirectChannels(Algorithm):
             n_taps = p.Kg * rt.size * st.size
             tap_offsets(fh + PT - rt * dh // sh, fw + PL - st * dw // sw, Hd * Wd, Wd, taps[:n_taps])
             channel_rows(padded, packed[start:start + size].reshape(blocks, -1), taps[:n_taps], p.groups,
-                         p.Kg * Hd * Wd, 1, 1, Wd, wide, self._chunk(n_taps, V, p), stage, view)
+                         p.Kg * Hd * Wd, 1, 1, Wd, wide, self._chunk(n_taps, V, p), turns(view), stage, view)
 
     @staticmethod
     def _chunk(n_taps: int, V: int, p: ConvParams) -> int:

@@ -16,6 +16,11 @@ The operations, all for a 1-D array ``a`` of float32 or float64 and an element i
     load(a, i)        a[i : i + lanes] as a Vec (unaligned)
     store(a, i, v)    a[i : i + lanes] = v
     store_head(a, i, v, n)  a[i : i + n] = v[:n] for 0 <= n <= lanes, nothing written past them (a masked store)
+    transpose8(v0, ..., v7) the 8 x lanes matrix whose rows are v0..v7, transposed by lanes of 8 (lanes >= 8):
+                      returns u0..u7 with u_m[8h + r] = v_r[8h + m] (column m of each 8-lane half, its 8 rows):
+                      3 rounds of 8 two-source shuffles, each swapping one bit of the row with one of the lane
+    store8(a, idx, v, h)  a[idx][:8] = v[8h : 8h + 8], idx a tuple of a's indices (the first of 8 contiguous
+                      elements along a's last axis)
     splat(a, i)       a[i] in every lane (a broadcast load)
     fma(u, v, acc)    u * v + acc, lane by lane, one rounding (llvm.fma)
     evens(a, i)       a[i], a[i + 2], ..., a[i + 2*lanes - 2] as a Vec: one load of 2*lanes elements, then the even
@@ -183,3 +188,47 @@ def total(typingctx, v):
             value, width = builder.fadd(low, high), half
         return builder.extract_element(value, ir.Constant(i32, 0))
     return v.dtype(v), codegen
+
+
+def _transpose_masks(lanes_: int, bit: int):
+    """The two shuffle masks of a round of ``transpose8`` over a pair (v, w) whose rows differ in ``bit``: x
+    takes the lanes whose ``bit`` is 0 from v (bit 0 of the lane) and w (bit 1); y those whose ``bit`` is 1."""
+    step = 1 << bit
+    x = [(lanes_ if l & step else 0) + (l & ~step) for l in range(lanes_)]
+    y = [(lanes_ if l & step else 0) + (l | step) for l in range(lanes_)]
+    return x, y
+
+
+@intrinsic
+def transpose8(typingctx, v0, v1, v2, v3, v4, v5, v6, v7):
+    if not isinstance(v0, Vec) or v0.lanes < 8:
+        return None
+
+    def codegen(context, builder, sig, args):
+        i32, vectors = ir.IntType(32), list(args)
+        for bit in range(3):                      # swap row bit ``bit`` with lane bit ``bit``
+            x_mask, y_mask = (ir.Constant(ir.VectorType(i32, v0.lanes), m) for m in _transpose_masks(v0.lanes, bit))
+            for low in [r for r in range(8) if not r & (1 << bit)]:
+                v, w = vectors[low], vectors[low | (1 << bit)]
+                vectors[low] = builder.shuffle_vector(v, w, x_mask)
+                vectors[low | (1 << bit)] = builder.shuffle_vector(v, w, y_mask)
+        return context.make_tuple(builder, sig.return_type, vectors)
+    return types.UniTuple(v0, 8)(v0, v1, v2, v3, v4, v5, v6, v7), codegen
+
+
+@intrinsic
+def store8(typingctx, a, idx, v, h):
+    def codegen(context, builder, sig, args):
+        array_type, index_type = sig.args[0], sig.args[1]
+        indices = cgutils.unpack_tuple(builder, args[1], len(index_type))
+        ary = context.make_array(array_type)(context, builder, args[0])
+        pointer = cgutils.get_item_pointer(context, builder, array_type, ary, indices, wraparound=False)
+        lane, i32, width = context.get_value_type(a.dtype), ir.IntType(32), v.lanes
+        part = builder.shuffle_vector(args[2], args[2], ir.Constant(ir.VectorType(i32, 8), list(range(8))))
+        for half in range(1, width // 8):             # the half h (a select the compiler folds for a constant h)
+            other = builder.shuffle_vector(args[2], args[2],
+                                           ir.Constant(ir.VectorType(i32, 8), list(range(8 * half, 8 * half + 8))))
+            part = builder.select(builder.icmp_signed("==", args[3], ir.Constant(args[3].type, half)), other, part)
+        builder.store(part, builder.bitcast(pointer, ir.VectorType(lane, 8).as_pointer()), align=a.dtype.bitwidth // 8)
+        return context.get_dummy_value()
+    return types.void(a, idx, v, h), codegen
