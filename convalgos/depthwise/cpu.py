@@ -42,9 +42,9 @@ four rows) * (Wo rounded up to whole vectors), as computed (taps that read the p
 backward-filter 2*N*K*T, T = the (output, tap) pairs that read inside x; backward-data 2*N*C*sum over phases of
 (taps rounded up to a multiple of three) * ((rows - 1)*Wd + columns).
 
-Workspace (``workspace_bytes``), per thread: forward one plane's buffer (``rows.buffer_shape``: Hb x
-phases x Wc, plus a vector); backward-data m padded dy planes (m*Hd*Wd, ``kernels.phases.data_plane``), a phase result and two partial
-sums (3 * Hmax * Wd, Hmax the most rows of a phase); backward-filter one plane's phases for a stride > 1.
+Workspace (``workspace_bytes``), per thread: forward one plane's buffer (``rows.buffer_shape``: Hb x phases x Wc,
+plus a vector); backward-data m padded dy planes (m*Hd*Wd, ``kernels.phases.data_plane``), a phase result and two
+partial sums (3 * Hmax * Wd, Hmax the most rows of a phase); backward-filter one plane's phases for a stride > 1.
 
 Constraints: groups == C (one group per input channel), any K = m*C, stride, asymmetric padding and dilation;
 float32 and float64 (float16 computed in float32 by ``convalgos.run``).

@@ -209,7 +209,8 @@ class DirectChannels(Algorithm):
         if self._one_row(p) and out.flags.c_contiguous:
             out = out.reshape(p.N, p.K, 1, -1)         # one row of Ho*Wo pixels
         channel_rows(padded, packed.reshape(self._blocks(p, "forward"), -1), taps, p.groups,
-                     p.Cg * Hp * Wp, sh, sw, Wp, wide, self._chunk(taps.size, V, p), turns(out), self._stage(V, x.dtype), out)
+                     p.Cg * Hp * Wp, sh, sw, Wp, wide, self._chunk(taps.size, V, p), turns(out),
+                     self._stage(V, x.dtype), out)
 
     def backward_data(self, dy, w, p: ConvParams, out, prepared=None) -> None:
         """Per phase of dx (``convalgos.kernels.phases``): a stride-1 pass over the padded dy with that phase's

@@ -133,7 +133,8 @@ def store_head(typingctx, a, i, v, n):
         pointer = _vector_pointer(context, builder, sig, args)
         name = f"llvm.masked.store.v{width}f{a.dtype.bitwidth}.p0v{width}f{a.dtype.bitwidth}"
         function = cgutils.get_or_insert_function(
-            builder.module, ir.FunctionType(ir.VoidType(), [vector_type, pointer.type, ir.IntType(32), mask.type]), name)
+            builder.module,
+            ir.FunctionType(ir.VoidType(), [vector_type, pointer.type, ir.IntType(32), mask.type]), name)
         builder.call(function, [args[2], pointer, ir.Constant(ir.IntType(32), a.dtype.bitwidth // 8), mask])
         return context.get_dummy_value()
     return types.void(a, i, v, n), codegen

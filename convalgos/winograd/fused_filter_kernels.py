@@ -54,12 +54,12 @@ def fused_filter_sums(x, dy, top, left, BT, G, tiles_h, tiles_w, wide, taps, D6,
 
     for the groups g and the thread's share of the blocks of TB tiles (tiles numbered n-major over the tiles_h x
     tiles_w grid). Lanes: tile t of a transform is lane t (``sandwich_block``, ``sandwich_block4``; x's, for V
-    channels at a time, is then turned channel-minor: one scatter per channel into XC, whose 36 x TB rows do
-    not fit L1, cost 5x more); the products put the input channels in the lanes instead, 8 output channels x V channels (V = 2L ``wide``, else L) per
-    register tile (``lane_tiles``), summed over the block's tiles, then added to S. Scratch per thread: D6, T6
-    (6, 6, TB), Y6 (36, V, TB), D4 (4, 4, TB), T4 (6, 4, TB), Y4 (6, 6, TB), XC (36, Cgp / V, TB, V), DC (36, Kp,
-    TB), stage (8 V), where (2, 5, TB) int64 (``_block_tiles``, ``_gather``); S (threads, 36, groups, Kp, Cgp), Kp and Cgp the group's channels rounded up to 8 and V.
-    taps: 0 .. TB - 1 (int64)."""
+    channels at a time, is then turned channel-minor: one scatter per channel into XC, whose 36 x TB rows do not fit
+    L1, cost 5x more); the products put the input channels in the lanes instead, 8 output channels x V channels (V =
+    2L ``wide``, else L) per register tile (``lane_tiles``), summed over the block's tiles, then added to S. Scratch
+    per thread: D6, T6 (6, 6, TB), Y6 (36, V, TB), D4 (4, 4, TB), T4 (6, 4, TB), Y4 (6, 6, TB), XC (36, Cgp / V, TB,
+    V), DC (36, Kp, TB), stage (8 V), where (2, 5, TB) int64 (``_block_tiles``, ``_gather``); S (threads, 36,
+    groups, Kp, Cgp), Kp and Cgp the group's channels rounded up to 8 and V. taps: 0 .. TB - 1 (int64)."""
     N, C, H, W = x.shape
     K, Ho, Wo = dy.shape[1], dy.shape[2], dy.shape[3]
     n_threads, a2, groups, Kp, Cgp = S.shape
