@@ -2,7 +2,7 @@
 
 - ``convalgos`` (the default): 100 layers per pass. A user's check, or a CI job of theirs.
 - ``convalgos-quick``: 12 layers per pass. This project checks its eleven built-in algorithms on every test run,
-  31 passes in all, and must stay within its time budget.
+  32 passes in all, and must stay within its time budget.
 - ``convalgos-thorough``: 1000 layers per pass, for a night's run.
 
 Pick one with ``check_algorithm(..., settings="convalgos-quick")``, ``python -m convalgos.check
