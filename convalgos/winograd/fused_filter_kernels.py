@@ -1,4 +1,4 @@
-"""The Numba kernels of "winograd_fused_filter_4x4" (``fused_filter.py``, where the maths is): per block of TB
+"""The Numba kernels of "winograd_fused_4x4"'s backward-filter (``fused.py``, where the maths is): per block of TB
 tiles, both transforms and the alpha^2 products in the thread's own scratch, summed into the thread's S; then the
 threads' sums added (``add_thread_sums``)."""
 from __future__ import annotations
@@ -81,14 +81,14 @@ def fused_filter_sums(x, dy, top, left, BT, G, tiles_h, tiles_w, wide, taps, D6,
         for item in range(start, stop):
             g, p0 = item // n_blocks, item % n_blocks * TB
             count = min(TB, P - p0)
-            at, dat = where[thread, 0], where[thread, 1]
-            _block_tiles(p0, count, per_image, tiles_w, top, left, C, H, W, 6, at)
-            _block_tiles(p0, count, per_image, tiles_w, 0, 0, K, Ho, Wo, 4, dat)
+            x_tiles, dy_tiles = where[thread, 0], where[thread, 1]
+            _block_tiles(p0, count, per_image, tiles_w, top, left, C, H, W, 6, x_tiles)
+            _block_tiles(p0, count, per_image, tiles_w, 0, 0, K, Ho, Wo, 4, dy_tiles)
             for block in range(Cgp // V):              # x's transform, V channels at a time, then turned
                 valid = min(V, Cg - block * V)         # so that the channels are the lanes
                 for cc in range(valid):
                     plane = (g * Cg + block * V + cc) * H * W
-                    _gather(xflat, plane, at, count, H, W, D6[thread])
+                    _gather(xflat, plane, x_tiles, count, H, W, D6[thread])
                     sandwich_block(BT, D6[thread], T6[thread], Y6[thread], cc)
                 for xi in range(a2):
                     into, value = xc[xi, block], Y6[thread, xi]
@@ -97,7 +97,7 @@ def fused_filter_sums(x, dy, top, left, BT, G, tiles_h, tiles_w, wide, taps, D6,
                             into[t, cc] = value[cc, t]
             for k in range(Kg):                        # dy's transform, kept tile-major
                 plane = (g * Kg + k) * Ho * Wo
-                _gather(dyflat, plane, dat, count, Ho, Wo, D4[thread])
+                _gather(dyflat, plane, dy_tiles, count, Ho, Wo, D4[thread])
                 sandwich_block4(G, D4[thread], T4[thread], Y4[thread])
                 for xi in range(a2):
                     into, value = dc[xi, k], Y4[thread, xi // 6, xi % 6]
@@ -108,11 +108,11 @@ def fused_filter_sums(x, dy, top, left, BT, G, tiles_h, tiles_w, wide, taps, D6,
                 for block in range(Cgp // V):
                     wb = xc[xi, block].reshape(-1)
                     for k0 in range(0, Kg, ROWS):
-                        at = (xi * Kp + k0) * TB
+                        rows = (xi * Kp + k0) * TB               # DC[xi, k0:k0 + 8] in the flat DC
                         if wide:
-                            wide_tile(flat, wb, used, at, TB, st)
+                            wide_tile(flat, wb, used, rows, TB, st)
                         else:
-                            narrow_tile(flat, wb, used, at, TB, st)
+                            narrow_tile(flat, wb, used, rows, TB, st)
                         for r in range(min(ROWS, Kg - k0)):
                             row = sums[xi, g, k0 + r, block * V:(block + 1) * V]
                             for v in range(V):
