@@ -8,7 +8,7 @@ import pytest
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, reference
 from convalgos.direct.channel_kernels import PIXELS
-from convalgos.direct.channels import blocking
+from convalgos.kernels.lane_tiles import tile_lanes
 from convalgos.kernels.simd import REGISTER_BYTES, REGISTERS
 from convalgos.reference import normwise_error
 
@@ -106,14 +106,14 @@ def test_workspace_bytes_is_what_each_pass_keeps(op):
 
 def test_flops_count_whole_channel_blocks_and_whole_tiles():
     """24 output channels take one block of V (a wide block of 2L lanes with AVX-512's 32 registers, or one
-    vector: whichever ``blocking`` says); a row of 10 pixels computes two tiles of 8. Backward-data at stride 2
+    vector: whichever ``tile_lanes`` says); a row of 10 pixels computes two tiles of 8. Backward-data at stride 2
     (3x3, padding 1, 10 x 10 input): four phases of 5 x 5 inputs, their taps 2x2, 2x1, 1x2 and 1x1."""
     p = ConvParams.from_shapes((2, 8, 10, 10), (24, 8, 3, 3), padding=1)
-    wide, V = blocking(24, 4)
+    wide, V = tile_lanes(24, 4)
     L = REGISTER_BYTES // 4
     assert V == (2 * L if REGISTERS >= 32 and 24 > L else L) and wide == (V == 2 * L)
     assert CHANNELS.flops(p) == 2 * 2 * (-(-24 // V) * V) * 8 * 9 * 10 * 2 * PIXELS
-    V8 = blocking(8, 4)[1]
+    V8 = tile_lanes(8, 4)[1]
     assert CHANNELS.flops(p, "backward_data") == 2 * 2 * V8 * 24 * 9 * 10 * 2 * PIXELS
     p2 = ConvParams.from_shapes((2, 8, 10, 10), (24, 8, 3, 3), padding=1, stride=2)
     assert CHANNELS.flops(p2, "backward_data") == 2 * 2 * V8 * 24 * (4 + 2 + 2 + 1) * 5 * PIXELS

@@ -67,7 +67,8 @@ import numpy as np
 from numba import get_num_threads
 
 from ..kernels.phases import data_phases, data_plane
-from ..kernels.simd import REGISTER_BYTES, REGISTERS
+from ..kernels.lane_tiles import tile_lanes
+from ..kernels.simd import REGISTER_BYTES
 from ..params import ConvParams
 from ..registry import Algorithm
 from .channel_kernels import PIXELS, channel_rows, pack_weight, tap_offsets
@@ -77,14 +78,6 @@ from .shared import TOLERANCE
 
 #: packed weights a work item keeps in cache while it runs its blocks over each tile (L2-sized).
 CHUNK_BYTES = 256 << 10
-
-
-def blocking(outputs: int, itemsize: int) -> tuple[bool, int]:
-    """(wide, V): two vectors of channels per block (sixteen accumulators) where the CPU has 32 vector
-    registers and a group has more output channels than one vector's lanes, else one vector."""
-    L = REGISTER_BYTES // itemsize
-    wide = REGISTERS >= 32 and outputs > L
-    return wide, 2 * L if wide else L
 
 
 def turns(out) -> bool:
@@ -109,7 +102,7 @@ class DirectChannels(Algorithm):
         """(output channels per group, input channels per group, V) of pass ``op``: backward-data's outputs
         are the layer's input channels."""
         outputs, inputs = (p.Kg, p.Cg) if op == "forward" else (p.Cg, p.Kg)
-        return outputs, inputs, blocking(outputs, p.itemsize)[1]
+        return outputs, inputs, tile_lanes(outputs, p.itemsize)[1]
 
     def _channels(self, p: ConvParams, op: str) -> int:
         """Output channels the pass computes: each group's rounded up to whole blocks of V."""
@@ -205,7 +198,7 @@ class DirectChannels(Algorithm):
         packed = self._weights(w, p, "forward", prepared)
         taps = self.workspace.get("direct_channels.taps", (p.Cg * p.R * p.S,), np.int64)
         tap_offsets(np.arange(p.R) * dh, np.arange(p.S) * dw, Hp * Wp, Wp, taps)
-        wide, V = blocking(p.Kg, p.itemsize)
+        wide, V = tile_lanes(p.Kg, p.itemsize)
         if self._one_row(p) and out.flags.c_contiguous:
             out = out.reshape(p.N, p.K, 1, -1)         # one row of Ho*Wo pixels
         channel_rows(padded, packed.reshape(self._blocks(p, "forward"), -1), taps, p.groups,
@@ -220,7 +213,7 @@ class DirectChannels(Algorithm):
         padded = self._padded_planes(dy, PT, PL, Hd, Wd, PIXELS)
         packed = self._weights(w, p, "backward_data", prepared)
         taps = self.workspace.get("direct_channels.taps", (p.Kg * p.R * p.S,), np.int64)
-        wide, V = blocking(p.Cg, p.itemsize)
+        wide, V = tile_lanes(p.Cg, p.itemsize)
         stage, blocks = self._stage(V, dy.dtype), self._blocks(p, "backward_data")
         for (rt, st, phase), start, size in self._phase_slices(p, "backward_data"):
             (rho_h, _, fh, Ha), (rho_w, _, fw, Wa) = phase

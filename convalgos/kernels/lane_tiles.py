@@ -14,10 +14,19 @@ from __future__ import annotations
 
 from numba import njit
 
-from .simd import fma, lanes, load, splat, store, zeros
+from .simd import REGISTER_BYTES, REGISTERS, fma, lanes, load, splat, store, zeros
 
 #: rows of one tile.
 ROWS = 8
+
+
+def tile_lanes(channels: int, itemsize: int) -> tuple[bool, int]:
+    """(wide, V): the tile for ``channels`` lanes' worth of channels: ``wide_tile`` (V = 2L, sixteen
+    accumulators) where the CPU has 32 vector registers and the channels fill more than one vector, else
+    ``narrow_tile`` (V = L)."""
+    L = REGISTER_BYTES // itemsize
+    wide = REGISTERS >= 32 and channels > L
+    return wide, 2 * L if wide else L
 
 
 @njit(cache=True, inline="always")

@@ -18,7 +18,7 @@ The operations, all for a 1-D array ``a`` of float32 or float64 and an element i
     store_head(a, i, v, n)  a[i : i + n] = v[:n] for 0 <= n <= lanes, nothing written past them (a masked store)
     transpose8(v0, ..., v7) the 8 x lanes matrix whose rows are v0..v7, transposed by lanes of 8 (lanes >= 8):
                       returns u0..u7 with u_m[8h + r] = v_r[8h + m] (column m of each 8-lane half, its 8 rows):
-                      3 rounds of 8 two-source shuffles, each swapping one bit of the row with one of the lane
+                      3 rounds of 8 two-source shuffles, each swapping one bit of the row index with one
     store8(a, idx, v, h)  a[idx][:8] = v[8h : 8h + 8], idx a tuple of a's indices (the first of 8 contiguous
                       elements along a's last axis)
     splat(a, i)       a[i] in every lane (a broadcast load)

@@ -1,9 +1,9 @@
-"""Winograd transforms held in registers: X D X^T for a 6-column X (F(4, 3)'s B^T and A^T, F(3, 4)'s B'^T) on
-one block of two vector registers' worth of arrays (``sandwich_block``; ``sandwich_block4`` for F(3, 4)'s
-4-column G'), and ``block_transform``, the input transform of ``kernels.tile_transform`` built on it
-(winograd_4x4's input transforms). The fused passes (``fused_kernels.py``, ``fused_filter_kernels.py``) use them
-on their blocks. A small plane makes ``tile_transform``'s
-tiles_w-long loops short; a block of tiles across tile rows keeps every step two vectors long.
+"""Winograd transforms held in registers: X D X^T for a 6-column X (F(4, 3)'s B^T and A^T, F(3, 4)'s B'^T) on one block
+of two vector registers' worth of arrays (``sandwich_block``; ``sandwich_block4`` for F(3, 4)'s 4-column G'), and
+``block_transform``, the input transform of ``kernels.tile_transform`` built on it (winograd_4x4's input
+transforms). The fused passes (``fused_kernels.py``, ``fused_filter_kernels.py``) use them on their blocks. A small
+plane makes ``tile_transform``'s tiles_w-long loops short; a block of tiles across tile rows keeps every step two
+vectors long.
 """
 from __future__ import annotations
 
@@ -37,7 +37,8 @@ def _mix4(w, v0, v1, v2, v3):
 @njit(cache=True, inline="always")
 def sandwich_block4(X, D, T, out):
     """``sandwich_block`` for a 4-column X (F(3, 4)'s G', 6 x 4, on 4 x 4 tiles of dy): out[i, j, :2L] = (X D[:, :,
-    t] X^T)[i, j]. D: (4, 4, 2L); T: (b, 4, 2L) scratch; out: (b, b, 2L)."""
+    t] X^T)[i, j]. D: (4, 4, 2L); T: (b, 4, 2L) scratch; out: (b, b, 2L). A near-copy of ``sandwich_block`` on
+    purpose: the vectors a row of X mixes are held in registers, so their number is written out."""
     b, L = X.shape[0], lanes(T[0, 0])
     for l in range(4):                                   # T = X D, column by column
         for h in range(0, 2 * L, L):

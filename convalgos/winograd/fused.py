@@ -80,8 +80,7 @@ from __future__ import annotations
 import numpy as np
 from numba import get_num_threads
 
-from ..kernels.lane_tiles import ROWS
-from ..kernels.simd import REGISTER_BYTES, REGISTERS
+from ..kernels.lane_tiles import ROWS, tile_lanes
 from ..params import ConvParams
 from ..registry import Algorithm
 from .cooktoom import cook_toom
@@ -209,18 +208,10 @@ class FusedWinograd(Algorithm):
         fused_correlate(pad, U, BT, AT, self.m, tiles_h, tiles_w, taps,
                         scratch["V"], scratch["M"], scratch["D"], scratch["T"], scratch["Y"], out)
 
-
     # ---- backward-filter (module docstring) -----------------------------------------------------------------
-    def _filter_lanes(self, p: ConvParams) -> tuple[int, bool]:
-        """(V, wide): input channels per register tile, two vectors where a group has more than one vector's
-        worth and the CPU has 32 vector registers, else one."""
-        L = REGISTER_BYTES // p.itemsize
-        wide = p.Cg > L and REGISTERS >= 32
-        return (2 * L if wide else L), wide
-
     def _filter_padded(self, p: ConvParams) -> tuple[int, int]:
         """(Kp, Cgp): a group's output channels rounded up to the tile's 8 rows, its input channels to V."""
-        V, _ = self._filter_lanes(p)
+        V = tile_lanes(p.Cg, p.itemsize)[1]
         return -(-p.Kg // ROWS) * ROWS, -(-p.Cg // V) * V
 
     def _filter_workers(self, p: ConvParams) -> int:
@@ -228,11 +219,18 @@ class FusedWinograd(Algorithm):
         no S it would leave at zero (each is alpha^2 K Cg elements: 38 MB at C = K = 512)."""
         return min(get_num_threads(), p.groups * -(-self.computed_tiles(p, "backward_filter") // self.block_tiles(p)))
 
+    def _filter_scratch(self, p: ConvParams) -> dict:
+        """name -> shape of each worker's scratch for ``fused_filter_kernels.fused_filter_sums``: the 6 x 6
+        and 4 x 4 transforms' D, T, Y, the block's X and D, the tile's stage and the worker's sums S."""
+        a2, TB, V = self.alpha ** 2, self.block_tiles(p), tile_lanes(p.Cg, p.itemsize)[1]
+        Kp, Cgp = self._filter_padded(p)
+        return {"D6": (6, 6, TB), "T6": (6, 6, TB), "Y6": (36, V, TB), "D4": (4, 4, TB), "T4": (6, 4, TB),
+                "Y4": (6, 6, TB), "X": (a2, Cgp // V, TB, V), "D": (a2, Kp, TB), "stage": (ROWS * V,),
+                "S_thread": (a2, p.groups, Kp, Cgp)}
+
     def _filter_workspace_bytes(self, p: ConvParams) -> int:
         a2, TB, n_threads, workers = self.alpha ** 2, self.block_tiles(p), get_num_threads(), self._filter_workers(p)
-        (V, _), (Kp, Cgp) = self._filter_lanes(p), self._filter_padded(p)
-        per_worker = (a2 * TB * (Cgp + Kp) + (36 + 36 + 36 * V + 16 + 24 + 36) * TB + ROWS * V
-                      + a2 * p.groups * Kp * Cgp)
+        per_worker = sum(int(np.prod(shape)) for shape in self._filter_scratch(p).values())
         elements = workers * per_worker + n_threads * self._filter_scratch_elements(p, n_threads) + a2 * p.K * p.Cg
         return elements * p.itemsize + (1 + workers * 10) * TB * 8
 
@@ -248,17 +246,13 @@ class FusedWinograd(Algorithm):
     def backward_filter(self, x, dy, p: ConvParams, out) -> None:
         AT, G, BT = self._filter_float[x.dtype]
         a, a2, TB, n_threads = self.alpha, self.alpha ** 2, self.block_tiles(p), get_num_threads()
-        workers = self._filter_workers(p)
-        (V, wide), (Kp, Cgp) = self._filter_lanes(p), self._filter_padded(p)
+        workers, wide = self._filter_workers(p), tile_lanes(p.Cg, p.itemsize)[0]
         tiles_h, tiles_w = self._tiles(p, "backward_filter")
         (top, _), (left, _) = p.padding
         get = self.workspace.get
         taps = get("filter_taps", (TB,), np.int64)
         taps[:] = np.arange(TB)
-        scratch = [get(name, (workers,) + shape, x.dtype) for name, shape in (
-            ("D6", (6, 6, TB)), ("T6", (6, 6, TB)), ("Y6", (36, V, TB)), ("D4", (4, 4, TB)), ("T4", (6, 4, TB)),
-            ("Y4", (6, 6, TB)), ("X", (a2, Cgp // V, TB, V)), ("D", (a2, Kp, TB)), ("stage", (ROWS * V,)),
-            ("S_thread", (a2, p.groups, Kp, Cgp)))]
+        scratch = [get(name, (workers,) + shape, x.dtype) for name, shape in self._filter_scratch(p).items()]
         where = get("filter_where", (workers, 2, 5, TB), np.int64)
         fused_filter_sums(x, dy, top, left, BT, G, tiles_h, tiles_w, wide, taps, *scratch[:-1], where, scratch[-1])
         S = get("S", (a2, p.groups, p.Kg, p.Cg), x.dtype)
