@@ -52,9 +52,9 @@ def channel_rows(xp, wp, xoff, groups, group_pitch, sh, sw, Wp, wide, chunk, tur
                 for b in range(g * per_group + c * chunk, g * per_group + min(per_group, (c + 1) * chunk)):
                     first = (b % per_group) * V
                     if wide:
-                        wide_tile(xr, wp[b], xoff, at, sw, st)
+                        wide_tile(xr, wp[b], xoff, at, sw, st, 0)
                     else:
-                        narrow_tile(xr, wp[b], xoff, at, sw, st)
+                        narrow_tile(xr, wp[b], xoff, at, sw, st, 0)
                     k0, count = g * Kg + first, min(V, Kg - first)
                     if j0 + PIXELS <= Wo and turn:      # a whole tile, turned in registers
                         _turned_store(st, V, count, out, n, k0, i, j0)

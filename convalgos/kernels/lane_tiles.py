@@ -1,6 +1,6 @@
 """Lane tiles: eight rows of broadcasts times one or two vectors of lanes, summed over taps in registers.
 
-    st[p*V + v] = sum over taps q of xr[at + xoff[q] + p*sw] * wb[q*V + v]      p < 8, v < V (2L or L lanes)
+    st[s0 + p*V + v] = sum over taps q of xr[at + xoff[q] + p*sw] * wb[q*V + v]      p < 8, v < V (2L or L lanes)
 
 An outer-product register tile: per tap, one or two vector loads of ``wb`` and eight scalar broadcasts of ``xr``
 feed 8 or 16 multiply-adds, the accumulators never leaving the registers. ``direct_channels`` runs it with the
@@ -30,8 +30,8 @@ def tile_lanes(channels: int, itemsize: int) -> tuple[bool, int]:
 
 
 @njit(cache=True, inline="always")
-def wide_tile(xr, wb, xoff, at, sw, st):
-    """st[p*2L:(p+1)*2L] = sum over taps q of xr[at + xoff[q] + p*sw] * wb[q*2L:(q+1)*2L] for the 8 rows p:
+def wide_tile(xr, wb, xoff, at, sw, st, s0):
+    """st[s0 + p*2L:][:2L] = sum over taps q of xr[at + xoff[q] + p*sw] * wb[q*2L:(q+1)*2L] for the 8 rows p:
     two vectors (2L lanes) x 8 rows, sixteen accumulators that stay in registers over every tap; per tap two
     vector loads of wb and eight broadcasts of xr feed sixteen multiply-adds."""
     L = lanes(wb)
@@ -61,12 +61,12 @@ def wide_tile(xr, wb, xoff, at, sw, st):
         a70, a71 = fma(u, w0, a70), fma(u, w1, a71)
     for p, (lo, hi) in enumerate(((a00, a01), (a10, a11), (a20, a21), (a30, a31),
                                   (a40, a41), (a50, a51), (a60, a61), (a70, a71))):
-        store(st, p * V, lo)
-        store(st, p * V + L, hi)
+        store(st, s0 + p * V, lo)
+        store(st, s0 + p * V + L, hi)
 
 
 @njit(cache=True, inline="always")
-def narrow_tile(xr, wb, xoff, at, sw, st):
+def narrow_tile(xr, wb, xoff, at, sw, st, s0):
     """``wide_tile`` for one vector (L lanes): eight accumulators, for lanes that fill one vector only and for
     CPUs with 16 vector registers (sixteen accumulators would spill)."""
     L = lanes(wb)
@@ -80,4 +80,4 @@ def narrow_tile(xr, wb, xoff, at, sw, st):
         a4, a5 = fma(splat(xr, i + 4 * sw), w0, a4), fma(splat(xr, i + 5 * sw), w0, a5)
         a6, a7 = fma(splat(xr, i + 6 * sw), w0, a6), fma(splat(xr, i + 7 * sw), w0, a7)
     for p, a in enumerate((a0, a1, a2, a3, a4, a5, a6, a7)):
-        store(st, p * L, a)
+        store(st, s0 + p * L, a)

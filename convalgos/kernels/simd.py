@@ -16,13 +16,17 @@ The operations, all for a 1-D array ``a`` of float32 or float64 and an element i
     load(a, i)        a[i : i + lanes] as a Vec (unaligned)
     store(a, i, v)    a[i : i + lanes] = v
     store_head(a, i, v, n)  a[i : i + n] = v[:n] for 0 <= n <= lanes, nothing written past them (a masked store)
-    transpose8(v0, ..., v7) the 8 x lanes matrix whose rows are v0..v7, transposed by lanes of 8 (lanes >= 8):
+    transpose8(v0, ..., v7) the 8 x lanes matrix whose rows are v0..v7, transposed by lanes of 8 (lanes >= 8; with
+                      fewer it compiles, so that a branch for 8 lanes does, and raises ValueError if run):
                       returns u0..u7 with u_m[8h + r] = v_r[8h + m] (column m of each 8-lane half, its 8 rows):
                       3 rounds of 8 two-source shuffles, each swapping one bit of the row index with one
     store8(a, idx, v, h)  a[idx][:8] = v[8h : 8h + 8], idx a tuple of a's indices (the first of 8 contiguous
-                      elements along a's last axis)
+                      elements along a's last axis); store4(a, idx, v, h) the same for 4 elements, v[4h : 4h + 4]
     splat(a, i)       a[i] in every lane (a broadcast load)
     fma(u, v, acc)    u * v + acc, lane by lane, one rounding (llvm.fma)
+    add(u, v), sub(u, v)  u + v, u - v, lane by lane
+    mul_add(c, v, acc), mul_sub(c, v, w)  c * v + acc, c * v - w for a scalar c (a constant in a transform's
+                      code: the compiler folds its broadcast), one rounding
     evens(a, i)       a[i], a[i + 2], ..., a[i + 2*lanes - 2] as a Vec: one load of 2*lanes elements, then the even
                       lanes (a stride-2 gather, for polyphase copies)
     total(v)          the sum of v's lanes, as a fixed tree: the upper half added to the lower half, lane by
@@ -164,6 +168,54 @@ def fma(typingctx, u, v, acc):
 
 
 @intrinsic
+def add(typingctx, u, v):
+    def codegen(context, builder, sig, args):
+        return builder.fadd(args[0], args[1])
+    return u(u, v), codegen
+
+
+@intrinsic
+def sub(typingctx, u, v):
+    def codegen(context, builder, sig, args):
+        return builder.fsub(args[0], args[1])
+    return u(u, v), codegen
+
+
+def _scaled_fma(context, builder, sig, args, negate):
+    """llvm.fma(splat(c), v, +-w) for ``mul_add`` and ``mul_sub``: c cast to the lanes' type."""
+    vec = sig.args[1]
+    vector_type, i32 = context.get_value_type(vec), ir.IntType(32)
+    value = context.cast(builder, args[0], sig.args[0], vec.dtype)
+    one = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(i32, 0))
+    c = builder.shuffle_vector(one, ir.Constant(vector_type, ir.Undefined),
+                               ir.Constant(ir.VectorType(i32, vec.lanes), [0] * vec.lanes))
+    w = builder.fneg(args[2]) if negate else args[2]
+    function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector_type, [vector_type] * 3),
+                                              f"llvm.fma.v{vec.lanes}f{vec.dtype.bitwidth}")
+    return builder.call(function, [c, args[1], w])
+
+
+@intrinsic
+def mul_add(typingctx, c, v, acc):
+    if not isinstance(v, Vec) or not isinstance(c, (types.Number, types.Literal)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _scaled_fma(context, builder, sig, args, negate=False)
+    return v(c, v, acc), codegen
+
+
+@intrinsic
+def mul_sub(typingctx, c, v, w):
+    if not isinstance(v, Vec) or not isinstance(c, (types.Number, types.Literal)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        return _scaled_fma(context, builder, sig, args, negate=True)
+    return v(c, v, w), codegen
+
+
+@intrinsic
 def evens(typingctx, a, i):
     vec = Vec(a.dtype)
 
@@ -202,11 +254,15 @@ def _transpose_masks(lanes_: int, bit: int):
 
 @intrinsic
 def transpose8(typingctx, v0, v1, v2, v3, v4, v5, v6, v7):
-    if not isinstance(v0, Vec) or v0.lanes < 8:
+    if not isinstance(v0, Vec):
         return None
 
     def codegen(context, builder, sig, args):
         i32, vectors = ir.IntType(32), list(args)
+        if v0.lanes < 8:                          # compiled (a branch a caller takes only with 8 lanes), never run
+            with builder.if_then(cgutils.true_bit):
+                context.call_conv.return_user_exc(builder, ValueError, ("transpose8 needs 8 lanes",))
+            return context.make_tuple(builder, sig.return_type, vectors)
         for bit in range(3):                      # swap row bit ``bit`` with lane bit ``bit``
             x_mask, y_mask = (ir.Constant(ir.VectorType(i32, v0.lanes), m) for m in _transpose_masks(v0.lanes, bit))
             for low in [r for r in range(8) if not r & (1 << bit)]:
@@ -217,19 +273,32 @@ def transpose8(typingctx, v0, v1, v2, v3, v4, v5, v6, v7):
     return types.UniTuple(v0, 8)(v0, v1, v2, v3, v4, v5, v6, v7), codegen
 
 
+def _store_part(context, builder, sig, args, width):
+    """a[idx][:width] = v[width h : width h + width] (``store8``, ``store4``)."""
+    array_type, index_type, v = sig.args[0], sig.args[1], sig.args[2]
+    indices = cgutils.unpack_tuple(builder, args[1], len(index_type))
+    ary = context.make_array(array_type)(context, builder, args[0])
+    pointer = cgutils.get_item_pointer(context, builder, array_type, ary, indices, wraparound=False)
+    lane, i32 = context.get_value_type(array_type.dtype), ir.IntType(32)
+    part = builder.shuffle_vector(args[2], args[2], ir.Constant(ir.VectorType(i32, width), list(range(width))))
+    for h in range(1, v.lanes // width):          # the part h (a select the compiler folds for a constant h)
+        other = builder.shuffle_vector(args[2], args[2],
+                                       ir.Constant(ir.VectorType(i32, width), list(range(width * h, width * h + width))))
+        part = builder.select(builder.icmp_signed("==", args[3], ir.Constant(args[3].type, h)), other, part)
+    builder.store(part, builder.bitcast(pointer, ir.VectorType(lane, width).as_pointer()),
+                  align=array_type.dtype.bitwidth // 8)
+    return context.get_dummy_value()
+
+
 @intrinsic
 def store8(typingctx, a, idx, v, h):
     def codegen(context, builder, sig, args):
-        array_type, index_type = sig.args[0], sig.args[1]
-        indices = cgutils.unpack_tuple(builder, args[1], len(index_type))
-        ary = context.make_array(array_type)(context, builder, args[0])
-        pointer = cgutils.get_item_pointer(context, builder, array_type, ary, indices, wraparound=False)
-        lane, i32, width = context.get_value_type(a.dtype), ir.IntType(32), v.lanes
-        part = builder.shuffle_vector(args[2], args[2], ir.Constant(ir.VectorType(i32, 8), list(range(8))))
-        for half in range(1, width // 8):             # the half h (a select the compiler folds for a constant h)
-            other = builder.shuffle_vector(args[2], args[2],
-                                           ir.Constant(ir.VectorType(i32, 8), list(range(8 * half, 8 * half + 8))))
-            part = builder.select(builder.icmp_signed("==", args[3], ir.Constant(args[3].type, half)), other, part)
-        builder.store(part, builder.bitcast(pointer, ir.VectorType(lane, 8).as_pointer()), align=a.dtype.bitwidth // 8)
-        return context.get_dummy_value()
+        return _store_part(context, builder, sig, args, 8)
+    return types.void(a, idx, v, h), codegen
+
+
+@intrinsic
+def store4(typingctx, a, idx, v, h):
+    def codegen(context, builder, sig, args):
+        return _store_part(context, builder, sig, args, 4)
     return types.void(a, idx, v, h), codegen

@@ -81,12 +81,14 @@ import numpy as np
 from numba import get_num_threads
 
 from ..kernels.lane_tiles import ROWS, tile_lanes
+from ..kernels.simd import REGISTER_BYTES
 from ..params import ConvParams
 from ..registry import Algorithm
 from .cooktoom import cook_toom
+from .f43 import INPUT_FLOPS, OUTPUT_FLOPS
 from .fused_filter_kernels import add_thread_sums, fused_filter_sums
-from .fused_kernels import fused_correlate
-from .kernels import block_tiles, filter_block_size, filter_transform, scratch_elements, shift_into
+from .fused_kernels import fused_correlate, pack_filters, to_channels_last
+from .kernels import block_tiles, filter_block_size, filter_transform, scratch_elements
 from .shared import TOLERANCES, f3x3_constraints, sandwich_flops, tile_grid
 
 
@@ -114,14 +116,18 @@ class FusedWinograd(Algorithm):
     def _tiles(self, p: ConvParams, op: str) -> tuple[int, int]:
         return tile_grid(p, op, self.m)
 
-    def block_tiles(self, p: ConvParams) -> int:
-        """TB: tiles per block, two vector registers of lanes."""
-        return block_tiles(p.compute_dtype)
+    def block_tiles(self, p: ConvParams, op: str = "forward") -> int:
+        """TB: tiles per block, two vector registers of lanes (fewer when the layer has fewer tiles: backward-
+        filter's lanes are the tiles, forward's and backward-data's block is a multiple of the tile's 8 rows)."""
+        if op == "backward_filter":
+            return block_tiles(p.compute_dtype)
+        tiles_h, tiles_w = self._tiles(p, op)
+        return min(block_tiles(p.compute_dtype), max(1, -(-p.N * tiles_h * tiles_w // ROWS)) * ROWS)
 
     def computed_tiles(self, p: ConvParams, op: str) -> int:
         """Tiles computed: N * tiles_h * tiles_w rounded up to whole blocks."""
         tiles_h, tiles_w = self._tiles(p, op)
-        TB = self.block_tiles(p)
+        TB = self.block_tiles(p, op)
         return -(-p.N * tiles_h * tiles_w // TB) * TB
 
     def _channels(self, p: ConvParams, op: str) -> tuple[int, int, int, int]:
@@ -136,13 +142,13 @@ class FusedWinograd(Algorithm):
         if op == "backward_filter":
             return self._filter_workspace_bytes(p)
         tiles_h, tiles_w = self._tiles(p, op)
-        n_in, _, in_g, out_g = self._channels(p, op)
-        a2, TB = self.alpha ** 2, self.block_tiles(p)
-        padded = p.N * n_in * (tiles_h * self.m + 2) * (tiles_w * self.m + 2)
-        filters, n_threads = a2 * p.K * p.Cg, get_num_threads()
-        blocks = a2 * TB * (in_g + out_g + 2) + self.m ** 2 * TB                   # V, M, D, T and Y
-        scratch = n_threads * (blocks + self._filter_scratch_elements(p, n_threads))
-        return (padded + filters + scratch) * p.itemsize + (2 * in_g + n_threads * 4 * TB) * 8
+        _, _, in_g, _ = self._channels(p, op)
+        L, n_threads = self._lanes(p), get_num_threads()
+        xl = p.N * (tiles_h * self.m + 2) * (tiles_w * self.m + 2) * p.groups * -(-in_g // L) * L
+        filters = self.alpha ** 2 * p.K * p.Cg + self.prepare_bytes(p, op) // p.itemsize          # U, packed
+        per_thread = sum(int(np.prod(shape)) for shape in self._scratch(p, op).values())
+        scratch = n_threads * (per_thread + self._filter_scratch_elements(p, n_threads))
+        return (xl + filters + scratch) * p.itemsize + in_g * 8
 
     def _filter_scratch_elements(self, p: ConvParams, n_threads: int) -> int:
         return scratch_elements(3, self.alpha, filter_block_size(p.K * p.Cg, self.filter_block, n_threads))
@@ -150,63 +156,85 @@ class FusedWinograd(Algorithm):
     def flops(self, p: ConvParams, op: str = "forward") -> int:
         if op == "backward_filter":
             return self._filter_flops(p)
-        P, (n_in, n_out, _, _) = self.computed_tiles(p, op), self._channels(p, op)
-        AT, G, BT = self.matrices.AT, self.matrices.G, self.matrices.BT
-        return (2 * self.alpha ** 2 * p.K * p.Cg * P + sandwich_flops(BT) * n_in * P
-                + sandwich_flops(AT) * n_out * P + sandwich_flops(G) * p.K * p.Cg)
+        tiles_h, tiles_w = self._tiles(p, op)
+        P, (_, n_out, in_g, out_g) = self.computed_tiles(p, op), self._channels(p, op)
+        V, L = tile_lanes(out_g, p.itemsize)[1], self._lanes(p)
+        products = 2 * self.alpha ** 2 * p.groups * -(-out_g // V) * V * in_g * P
+        transforms = INPUT_FLOPS * p.groups * -(-in_g // L) * L * P + OUTPUT_FLOPS * n_out * p.N * tiles_h * tiles_w
+        return products + transforms + sandwich_flops(self.matrices.G) * p.K * p.Cg
 
     # ---- prepared weights ----------------------------------------------------------------------------------
     def prepare_weight(self, w, p: ConvParams, op: str):
-        """U (alpha^2, groups, Kg, Cg) of the filters, or of backward-data's flipped ones."""
-        return self._transformed_filters(w, p, op, fresh=True)
+        """U packed for the products (``fused_kernels.pack_filters``): (alpha^2, groups, chunks, Cin_g, V) of the
+        filters, or of backward-data's flipped ones."""
+        return self._packed_filters(w, p, op, fresh=True)
 
     def prepare_bytes(self, p: ConvParams, op: str = "forward") -> int:
-        return self.alpha ** 2 * p.K * p.Cg * p.itemsize if self.prepares(op) else 0
+        if not self.prepares(op):
+            return 0
+        _, _, in_g, out_g = self._channels(p, op)
+        wide, V = tile_lanes(out_g, p.itemsize)
+        return self.alpha ** 2 * p.groups * -(-out_g // V) * V * in_g * p.itemsize
 
     # ---- the passes ----------------------------------------------------------------------------------------
     def forward(self, x, w, p: ConvParams, out, prepared=None) -> None:
-        U = self._transformed_filters(w, p, "forward") if prepared is None else prepared
+        Upk = self._packed_filters(w, p, "forward") if prepared is None else prepared
         (top, _), (left, _) = p.padding
-        self._correlate(x, top, left, U, p, "forward", out)
+        self._correlate(x, top, left, Upk, p, "forward", out)
 
     def backward_data(self, dy, w, p: ConvParams, out, prepared=None) -> None:
-        U = self._transformed_filters(w, p, "backward_data") if prepared is None else prepared
+        Upk = self._packed_filters(w, p, "backward_data") if prepared is None else prepared
         (top, _), (left, _) = p.padding
-        self._correlate(dy, 2 - top, 2 - left, U.transpose(0, 1, 3, 2), p, "backward_data", out)
+        self._correlate(dy, 2 - top, 2 - left, Upk, p, "backward_data", out)
 
     # ---- the steps they share ------------------------------------------------------------------------------
-    def _transformed_filters(self, w, p: ConvParams, op: str, fresh: bool = False):
-        """U (alpha^2, groups, Kg, Cg): G w G^T per filter (G J, columns reversed, for backward-data's flipped
-        filters); into a fresh array with ``fresh``, else a kept workspace buffer. Backward-data reads it
-        transposed, (alpha^2, groups, Cg, Kg), as a view: its products broadcast U one element at a time, and
-        a transposed copy (U is 4x the weight) cost 5x the transform itself on C = K = 512."""
+    def _packed_filters(self, w, p: ConvParams, op: str, fresh: bool = False):
+        """U = G w G^T per filter (G J, columns reversed, for backward-data's flipped filters), packed with V
+        output channels of the correlation side by side (``pack_filters``; backward-data's are the layer's
+        input channels): into a fresh array with ``fresh``, else a kept workspace buffer."""
         a, dtype = self.alpha, w.dtype
         G = self._float[dtype][1] if op == "forward" else np.ascontiguousarray(self._float[dtype][1][:, ::-1])
-        shape = (a, a, p.K * p.Cg)
-        U = np.empty(shape, dtype) if fresh else self.workspace.get("U", shape, dtype)
+        U = self.workspace.get("U", (a, a, p.K * p.Cg), dtype)
         n_threads = get_num_threads()
         scratch = self.workspace.get("filter_scratch", (n_threads, self._filter_scratch_elements(p, n_threads)), dtype)
         block = filter_block_size(p.K * p.Cg, self.filter_block, n_threads)
         filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, block, scratch, U.transpose(2, 0, 1))
-        return U.reshape(a * a, p.groups, p.Kg, p.Cg)
+        U = U.reshape(a * a, p.groups, p.Kg, p.Cg)
+        _, _, in_g, out_g = self._channels(p, op)
+        V = tile_lanes(out_g, p.itemsize)[1]
+        shape = (a * a, p.groups, -(-out_g // V), in_g, V)
+        Upk = np.empty(shape, dtype) if fresh else self.workspace.get("Upk", shape, dtype)
+        pack_filters(U if op == "forward" else U.transpose(0, 1, 3, 2), Upk)
+        return Upk
 
-    def _correlate(self, src, top, left, U, p: ConvParams, op: str, out) -> None:
-        """out = the 3x3 correlation (stride 1) of src placed at (top, left) inside zeros with the filters whose
-        transforms are U (alpha^2, groups, out channels per group, in channels per group), fused per block."""
-        AT, _, BT = self._float[src.dtype]
+    def _scratch(self, p: ConvParams, op: str) -> dict:
+        """name -> shape of each thread's scratch for ``fused_kernels.fused_correlate``."""
+        _, _, in_g, out_g = self._channels(p, op)
+        L = self._lanes(p)
+        wide, V = tile_lanes(out_g, p.itemsize)
+        TB, Cgp = self.block_tiles(p, op), -(-in_g // L) * L
+        return {"V": (self.alpha ** 2, TB * Cgp + L), "M": (self.alpha ** 2, -(-out_g // V) * TB * V + L),
+                "T": (36 * L,), "Y": (16 * L,)}
+
+    @staticmethod
+    def _lanes(p: ConvParams) -> int:
+        return REGISTER_BYTES // p.itemsize
+
+    def _correlate(self, src, top, left, Upk, p: ConvParams, op: str, out) -> None:
+        """out = the 3x3 correlation (stride 1) of src placed at (top, left) inside zeros with the packed filter
+        transforms Upk, fused per block, channels in the lanes (``fused_kernels``)."""
         tiles_h, tiles_w = self._tiles(p, op)
         _, _, in_g, out_g = self._channels(p, op)
-        a, a2, TB, n_threads = self.alpha, self.alpha ** 2, self.block_tiles(p), get_num_threads()
-        pad = self.workspace.get("pad", (p.N, src.shape[1], tiles_h * self.m + 2, tiles_w * self.m + 2),
-                                 src.dtype)
-        shift_into(src, top, left, pad)
-        taps = self.workspace.get("taps", (2, in_g), np.int64)
-        taps[0], taps[1] = np.arange(in_g), 0
-        scratch = {name: self.workspace.get(name, (n_threads,) + shape, src.dtype)
-                   for name, shape in (("V", (a2, in_g, TB)), ("M", (out_g, a2, TB)), ("D", (a, a, TB)),
-                                       ("T", (a, a, TB)), ("Y", (self.m ** 2, 1, TB)))}
-        fused_correlate(pad, U, BT, AT, self.m, tiles_h, tiles_w, taps,
-                        scratch["V"], scratch["M"], scratch["D"], scratch["T"], scratch["Y"], out)
+        L, n_threads = self._lanes(p), get_num_threads()
+        xl = self.workspace.get("xl", (p.N, tiles_h * self.m + 2, tiles_w * self.m + 2, p.groups, -(-in_g // L) * L),
+                                src.dtype)
+        to_channels_last(np.ascontiguousarray(src), top, left, xl)
+        taps = self.workspace.get("taps", (in_g,), np.int64)
+        taps[:] = np.arange(in_g)
+        scratch = [self.workspace.get(name, (n_threads,) + shape, src.dtype)
+                   for name, shape in self._scratch(p, op).items()]
+        fused_correlate(xl, Upk, tiles_h, tiles_w, self.block_tiles(p, op), tile_lanes(out_g, p.itemsize)[0], taps,
+                        *scratch, out)
 
     # ---- backward-filter (module docstring) -----------------------------------------------------------------
     def _filter_padded(self, p: ConvParams) -> tuple[int, int]:
@@ -217,19 +245,20 @@ class FusedWinograd(Algorithm):
     def _filter_workers(self, p: ConvParams) -> int:
         """Threads the sums run on: one per (group, block of tiles) at most, so that a layer of few tiles keeps
         no S it would leave at zero (each is alpha^2 K Cg elements: 38 MB at C = K = 512)."""
-        return min(get_num_threads(), p.groups * -(-self.computed_tiles(p, "backward_filter") // self.block_tiles(p)))
+        return min(get_num_threads(), p.groups * -(-self.computed_tiles(p, "backward_filter") // self.block_tiles(p, "backward_filter")))
 
     def _filter_scratch(self, p: ConvParams) -> dict:
         """name -> shape of each worker's scratch for ``fused_filter_kernels.fused_filter_sums``: the 6 x 6
         and 4 x 4 transforms' D, T, Y, the block's X and D, the tile's stage and the worker's sums S."""
-        a2, TB, V = self.alpha ** 2, self.block_tiles(p), tile_lanes(p.Cg, p.itemsize)[1]
+        a2, TB, V = self.alpha ** 2, self.block_tiles(p, "backward_filter"), tile_lanes(p.Cg, p.itemsize)[1]
         Kp, Cgp = self._filter_padded(p)
         return {"D6": (6, 6, TB), "T6": (6, 6, TB), "Y6": (36, V, TB), "D4": (4, 4, TB), "T4": (6, 4, TB),
                 "Y4": (6, 6, TB), "X": (a2, Cgp // V, TB, V), "D": (a2, Kp, TB), "stage": (ROWS * V,),
                 "S_thread": (a2, p.groups, Kp, Cgp)}
 
     def _filter_workspace_bytes(self, p: ConvParams) -> int:
-        a2, TB, n_threads, workers = self.alpha ** 2, self.block_tiles(p), get_num_threads(), self._filter_workers(p)
+        a2, TB, n_threads = self.alpha ** 2, self.block_tiles(p, "backward_filter"), get_num_threads()
+        workers = self._filter_workers(p)
         per_worker = sum(int(np.prod(shape)) for shape in self._filter_scratch(p).values())
         elements = workers * per_worker + n_threads * self._filter_scratch_elements(p, n_threads) + a2 * p.K * p.Cg
         return elements * p.itemsize + (1 + workers * 10) * TB * 8
@@ -245,7 +274,7 @@ class FusedWinograd(Algorithm):
 
     def backward_filter(self, x, dy, p: ConvParams, out) -> None:
         AT, G, BT = self._filter_float[x.dtype]
-        a, a2, TB, n_threads = self.alpha, self.alpha ** 2, self.block_tiles(p), get_num_threads()
+        a, a2, TB, n_threads = self.alpha, self.alpha ** 2, self.block_tiles(p, "backward_filter"), get_num_threads()
         workers, wide = self._filter_workers(p), tile_lanes(p.Cg, p.itemsize)[0]
         tiles_h, tiles_w = self._tiles(p, "backward_filter")
         (top, _), (left, _) = p.padding

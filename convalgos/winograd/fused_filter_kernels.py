@@ -110,9 +110,9 @@ def fused_filter_sums(x, dy, top, left, BT, G, tiles_h, tiles_w, wide, taps, D6,
                     for k0 in range(0, Kg, ROWS):
                         rows = (xi * Kp + k0) * TB               # DC[xi, k0:k0 + 8] in the flat DC
                         if wide:
-                            wide_tile(flat, wb, used, rows, TB, st)
+                            wide_tile(flat, wb, used, rows, TB, st, 0)
                         else:
-                            narrow_tile(flat, wb, used, rows, TB, st)
+                            narrow_tile(flat, wb, used, rows, TB, st, 0)
                         for r in range(min(ROWS, Kg - k0)):
                             row = sums[xi, g, k0 + r, block * V:(block + 1) * V]
                             for v in range(V):

@@ -1,91 +1,161 @@
-"""The Numba kernel of "winograd_fused_4x4" (``convalgos.winograd_fused``): one block of tiles at a time, its
-input transform, its products (``convalgos.kernels.blocks``' register blocks) and its output transform in the thread's
-own scratch. The transforms are ``kernels.sandwich_block``, shared with the non-fused passes."""
+"""The Numba kernels of "winograd_fused_4x4"'s forward and backward-data passes (``fused.py``, where the maths
+is): channels in the lanes. ``to_channels_last`` lays the input out pixel-major with zeros around it;
+``fused_correlate`` then takes one block of TB tiles at a time, and in the thread's own scratch transforms its
+input (``f43.input_tile``: 36 vector loads per tile and L channels, no gather), multiplies (``lane_tiles``: 8
+tiles x V output channels per register tile) and transforms its output (``f43.output_tile``), which it stores
+into the NCHW output channel by channel."""
 from __future__ import annotations
 
-import numpy as np
 from numba import njit, prange
 
-from ..kernels.blocks import BLOCK, channel_block, channel_blocks, register_block
+from ..kernels.lane_tiles import ROWS, narrow_tile, wide_tile
 from ..kernels.loops import share
-from .block_kernels import sandwich_block
+from ..kernels.simd import lanes, load, store4, store8, transpose8
+from .f43 import input_tile, output_tile
 
 
 @njit(parallel=True, cache=True)
-def fused_correlate(pad, U, BT, AT, m, tiles_h, tiles_w, taps, V, M, D, T, Y, out):
-    """out = the 3x3 correlation (stride 1) of pad with the filters whose transforms are U, one block of TB
-    tiles at a time, every step of a block in the thread's own scratch (``winograd_fused``):
+def to_channels_last(x, top, left, xl):
+    """xl[n, i, j, g, c] = x[n, g Cg + c, i - top, j - left] where that lies inside x and c < Cg, else 0.
 
-        V[xi, c, t] = (B^T d[c, t] B)[xi]                  input transform of the block's tiles, every channel
-        M[k, xi, t] = sum_c U[xi, g, k, c] V[xi, c, t]     alpha^2 products: direct's register blocks
-        out tile t of channel k = A^T M[k, :, t] A          output transform, cropped to out
+    x: (N, C, H, W) contiguous; xl: (N, Hp, Wp, groups, Cgp), Cgp >= Cg = C / groups; a negative offset crops.
+    One item is one row of xl. Where a row of x is read whole, 8 channels x L pixels at a time are turned in
+    registers (``simd.transpose8``) and stored 8 channels a pixel (L >= 8); the rest is copied one by one."""
+    N, C, H, W = x.shape
+    Hp, Wp, groups, Cgp = xl.shape[1], xl.shape[2], xl.shape[3], xl.shape[4]
+    Cg = C // groups
+    source = x.reshape(-1)
+    L = lanes(source)
+    j0, j1 = max(0, left), min(Wp, W + left)          # the columns of xl that x covers
+    for item in prange(N * Hp):
+        n, i = item // Hp, item % Hp
+        y, row = i - top, xl[n, i]
+        row[:] = 0.0
+        if not 0 <= y < H:
+            continue
+        turned_c, turned_x = (Cg // 8) * 8 if L >= 8 else 0, j0 - left
+        if j0 == left and j1 == W + left:             # whole rows: blocks of L pixels turned, the rest copied
+            turned_x = (W // L) * L
+        for g in range(groups):
+            for c0 in range(0, turned_c, 8):
+                at = ((n * C + g * Cg + c0) * H + y) * W
+                for x0 in range(0, turned_x, L):
+                    q = at + x0
+                    u = transpose8(load(source, q), load(source, q + H * W), load(source, q + 2 * H * W),
+                                   load(source, q + 3 * H * W), load(source, q + 4 * H * W),
+                                   load(source, q + 5 * H * W), load(source, q + 6 * H * W),
+                                   load(source, q + 7 * H * W))
+                    for m in range(8):
+                        for h in range(L // 8):
+                            store8(xl, (n, i, left + x0 + 8 * h + m, g, c0), u[m], h)
+            for c in range(Cg):
+                plane = x[n, g * Cg + c, y]
+                for j in range(j0, j1):
+                    if c >= turned_c or j - left >= turned_x:
+                        row[j, g, c] = plane[j - left]
 
-    pad: (N, Cin, Hpad, Wpad) contiguous; U: (alpha^2, groups, Kout_g, Cin_g); out: (N, Kout, Ho, Wo)
-    contiguous. Tiles are numbered n-major over the tiles_h x tiles_w grid of each image; tile t of a block is
-    lane t of every vector. taps: (2, Cin_g), taps[0] = 0..Cin_g-1 and taps[1] = 0, the products' tap table.
-    Scratch per thread: V (alpha^2, Cin_g, TB), M (Kout_g, alpha^2, TB), D and T (alpha, alpha, TB), Y (m^2, 1, TB).
-    One item is one group, one block of TB tiles and a part of the group's output channels: the whole group,
-    unless there are fewer than two blocks per thread (a deep layer on a small image), when the channel blocks
-    are split over parts (each part transforms the block's input again) so that every thread has work."""
-    N, Cin, Hpad, Wpad = pad.shape
-    a2, groups, Kg, Cg = U.shape
-    a = AT.shape[1]
+
+@njit(cache=True, inline="always")
+def _products(vs, wb, taps, Cgp, wide, TB, V, ms, m0):
+    """ms[m0 + t V + v] = sum_c vs[t Cgp + c] wb[c V + v] for the block's TB tiles t (rows) and one chunk of V
+    output channels: ``lane_tiles``' register tiles, 8 tiles at a time."""
+    for t0 in range(0, TB, ROWS):
+        if wide:
+            wide_tile(vs, wb, taps, t0 * Cgp, Cgp, ms, m0 + t0 * V)
+        else:
+            narrow_tile(vs, wb, taps, t0 * Cgp, Cgp, ms, m0 + t0 * V)
+
+
+@njit(cache=True, inline="always")
+def _turned_tile(out, n, k0, valid, y0, x0, Y):
+    """out[n, k0 + lane, y0 + i, x0:x0 + 4] = Y[(4 i + j) L + lane] for j < 4, i < 4 and the valid lanes (L >= 8):
+    two rows of the tile at a time, 8 pixel vectors turned in registers (``simd.transpose8``) so that each
+    channel's 4 + 4 pixels are two quarter-vector stores (``store4``), where a scalar copy is 32 loads and stores."""
+    L = lanes(Y)
+    for i in range(0, 4, 2):
+        a, b = 4 * i * L, 4 * (i + 1) * L
+        u = transpose8(load(Y, a), load(Y, a + L), load(Y, a + 2 * L), load(Y, a + 3 * L),
+                       load(Y, b), load(Y, b + L), load(Y, b + 2 * L), load(Y, b + 3 * L))
+        for m in range(8):
+            for h in range(L // 8):
+                if 8 * h + m < valid:
+                    store4(out, (n, k0 + 8 * h + m, y0 + i, x0), u[m], 2 * h)
+                    store4(out, (n, k0 + 8 * h + m, y0 + i + 1, x0), u[m], 2 * h + 1)
+
+
+@njit(parallel=True, cache=True)
+def fused_correlate(xl, Upk, tiles_h, tiles_w, TB, wide, taps, Vs, Ms, T, Y, out):
+    """out = the 3x3 correlation (stride 1) of xl's channels with the filters whose transforms are Upk, one
+    block of TB tiles at a time (``winograd_fused``), channels in the lanes:
+
+        Vs[xi, t, c] = (B^T d[t, c] B)[xi]                          input transform, L channels a vector
+        Ms[xi, j, t, v] = sum_c Vs[xi, t, c] Upk[xi, g, j, c, v]     alpha^2 products (TB x Cg) @ (Cg x V)
+        out tile t of channel j V + v = A^T Ms[:, j, t, v] A          output transform, cropped to out
+
+    xl: (N, Hp, Wp, groups, Cgp), ``to_channels_last``'s; Upk: (36, groups, chunks, Cg, V), output channel
+    j V + v in chunk j (zero past the group's Kg); out: (N, Kout, Ho, Wo) contiguous; TB: a multiple of 8;
+    taps: 0 .. Cg - 1. Tiles are numbered n-major over the tiles_h x tiles_w grid; a block's missing tiles
+    repeat its tiles (read, never written). Scratch per thread: Vs (36, >= TB Cgp), Ms (36, >= chunks TB V),
+    T (36 L), Y (16 L). Rows of Vs and Ms are a vector longer than they need, so that a tile's 36 vectors are
+    not a power of two apart (2 KB apart, they share two of L1's sets and evict each other).
+    One item is one group, one block and a part of its chunks: all of them, unless there are fewer than two
+    blocks per thread (a deep layer on a small image), when each part transforms the block's input again."""
+    N, Hp, Wp, groups, Cgp = xl.shape
+    chunks, V = Upk.shape[2], Upk.shape[4]
     Kout, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
-    n_threads, TB = V.shape[0], V.shape[3]
-    per_image = tiles_h * tiles_w
+    Kg = Kout // groups
+    n_threads, vstep, mstep = Vs.shape[0], Vs.shape[2], Ms.shape[2]
+    L = lanes(T[0])
+    per_image, pixel = tiles_h * tiles_w, groups * Cgp
     P = N * per_image
     n_blocks = (P + TB - 1) // TB
-    blocks = channel_blocks(Kg, BLOCK)
-    n_parts = min(blocks, max(1, -(-2 * n_threads // (groups * n_blocks))))
-    source, target = pad.reshape(-1), out.reshape(-1)
+    n_parts = min(chunks, max(1, -(-2 * n_threads // (groups * n_blocks))))
+    source, target = xl.reshape(-1), out.reshape(-1)
     for thread in prange(n_threads):
-        d, tt, y = D[thread], T[thread], Y[thread]
-        vq, mk = V[thread].reshape(1, a2 * Cg, TB), M[thread].reshape(Kg, a2 * TB)
-        base, obase = np.zeros(TB, np.int64), np.zeros(TB, np.int64)
-        rows, cols = np.zeros(TB, np.int64), np.zeros(TB, np.int64)
+        vs, ms, tt, y = Vs[thread].reshape(-1), Ms[thread].reshape(-1), T[thread], Y[thread]
         start, stop = share(groups * n_blocks * n_parts, thread, n_threads)
         for item in range(start, stop):
             g, p0, part = item // (n_blocks * n_parts), (item // n_parts) % n_blocks * TB, item % n_parts
-            b0, b1 = part * blocks // n_parts, (part + 1) * blocks // n_parts
-            k0, last = channel_block(Kg, b0, BLOCK)[0], channel_block(Kg, b1 - 1, BLOCK)
-            k1 = last[0] + last[1]
+            j0, j1 = part * chunks // n_parts, (part + 1) * chunks // n_parts
             count = min(TB, P - p0)
-            for t in range(TB):                   # a block's missing tiles repeat its tiles: read, never written
+            for t in range(TB):                                   # input transform
                 tile = p0 + t % count
                 n, ty, tx = tile // per_image, (tile // tiles_w) % tiles_h, tile % tiles_w
-                base[t] = ((n * Cin + g * Cg) * Hpad + ty * m) * Wpad + tx * m
-                obase[t] = ((n * Kout + g * Kg) * Ho + ty * m) * Wo + tx * m
-                rows[t], cols[t] = min(m, Ho - ty * m), min(m, Wo - tx * m)
-            whole = rows.min() == m and cols.min() == m
-            in_row = count == TB and base[TB - 1] - base[0] == 4 * (TB - 1)      # m = 4: F(4x4, 3x3)
-            for c in range(Cg):                                   # input transform
-                for k in range(a):
-                    if in_row:                    # one tile row: six interleaved stride-4 runs, one loop
-                        at = base[0] + c * Hpad * Wpad + k * Wpad
-                        d0, d1, d2, d3, d4, d5 = d[k, 0], d[k, 1], d[k, 2], d[k, 3], d[k, 4], d[k, 5]
-                        for t in range(TB):
-                            q = at + 4 * t
-                            d0[t], d1[t], d2[t] = source[q], source[q + 1], source[q + 2]
-                            d3[t], d4[t], d5[t] = source[q + 3], source[q + 4], source[q + 5]
+                at = ((n * Hp + 4 * ty) * Wp + 4 * tx) * pixel + g * Cgp
+                for c0 in range(0, Cgp, L):
+                    input_tile(source, at + c0, Wp * pixel, pixel, tt, vs, t * Cgp + c0, vstep)
+            for xi in range(36):                                  # the products
+                for j in range(j0, j1):
+                    _products(vs[xi * vstep:], Upk[xi, g, j].reshape(-1), taps, Cgp, wide, TB, V, ms,
+                              xi * mstep + j * TB * V)
+            for t in range(count):                                # output transform
+                tile = p0 + t
+                n, ty, tx = tile // per_image, (tile // tiles_w) % tiles_h, tile % tiles_w
+                rows, cols = min(4, Ho - 4 * ty), min(4, Wo - 4 * tx)
+                for k0 in range(j0 * V, min(j1 * V, Kg), L):
+                    valid, k = min(L, Kg - k0), g * Kg + k0
+                    output_tile(ms, (k0 // V * TB + t) * V + k0 % V, mstep, tt, y)
+                    if L >= 8 and rows == 4 and cols == 4:
+                        _turned_tile(out, n, k, valid, 4 * ty, 4 * tx, y)
                     else:
-                        for l in range(a):
-                            into, at = d[k, l], c * Hpad * Wpad + k * Wpad + l
-                            for t in range(TB):
-                                into[t] = source[base[t] + at]
-                sandwich_block(BT, d, tt, V[thread], c)
-            for xi in range(a2):                                  # the products
-                for b in range(b0, b1):
-                    first, width = channel_block(Kg, b, BLOCK)
-                    register_block(vq, U[xi, g], taps, 0, xi * Cg, first, width, 0, mk[first:], xi * TB)
-            for k in range(k0, k1):                               # output transform
-                sandwich_block(AT, M[thread, k].reshape(a, a, TB), tt, y, 0)
-                for i in range(m):
-                    for j in range(m):
-                        value, at = y[i * m + j, 0], k * Ho * Wo + i * Wo + j
-                        if whole:                         # every tile of the block inside the output
-                            for t in range(count):
-                                target[obase[t] + at] = value[t]
-                        else:
-                            for t in range(count):
-                                if i < rows[t] and j < cols[t]:
-                                    target[obase[t] + at] = value[t]
+                        for lane in range(valid):
+                            at = ((n * Kout + k + lane) * Ho + 4 * ty) * Wo + 4 * tx
+                            for i in range(rows):
+                                for jj in range(cols):
+                                    target[at + i * Wo + jj] = y[(4 * i + jj) * L + lane]
+
+
+@njit(parallel=True, cache=True)
+def pack_filters(U, Upk):
+    """Upk[xi, g, j, c, v] = U[xi, g, j V + v, c] (0 past the group's output channels): the transformed filters
+    with a chunk of V output channels side by side, ``lane_tiles``' vectors. U: (36, groups, Kout_g, Cin_g), any
+    strides (backward-data's is a transposed view); Upk: (36, groups, chunks, Cin_g, V)."""
+    a2, groups, Kg, Cg = U.shape
+    chunks, V = Upk.shape[2], Upk.shape[4]
+    for item in prange(a2 * groups * chunks):
+        xi, g, j = item // (groups * chunks), (item // chunks) % groups, item % chunks
+        into = Upk[xi, g, j]
+        for c in range(Cg):
+            for v in range(V):
+                k = j * V + v
+                into[c, v] = U[xi, g, k, c] if k < Kg else 0.0
