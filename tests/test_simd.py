@@ -3,8 +3,12 @@ import numpy as np
 import pytest
 from numba import njit
 
-from convalgos.kernels.simd import (REGISTER_BYTES, evens, fma, lanes, load, splat, store, store8, store_head, total,
-                                    transpose8, zeros)
+import os
+import subprocess
+import sys
+
+from convalgos.kernels.simd import (REGISTER_BYTES, add, evens, fma, lanes, load, mul_add, mul_sub, scale, splat, store,
+                                    store4, store8, store_head, sub, total, transpose8, zeros)
 
 
 @njit
@@ -103,3 +107,68 @@ def test_transpose8_and_store8_turn_eight_rows_into_columns(dtype):
     turn(m, out)
     np.testing.assert_array_equal(out[:, 1:9], m.T)
     assert (out[:, 0] == 0).all() and (out[:, 9] == 0).all()
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_lane_arithmetic_and_scalar_multiples(dtype):
+    """add, sub, and the scalar forms a transform's code uses: c * v + w, c * v - w (one rounding), c * v."""
+
+    @njit
+    def arithmetic(u, v, out):
+        L = lanes(u)
+        a, b = load(u, 0), load(v, 0)
+        for i, r in enumerate((add(a, b), sub(a, b), mul_add(-5.0, a, b), mul_sub(0.25, a, b), scale(1.0 / 3.0, a))):
+            store(out, i * L, r)
+
+    rng = np.random.default_rng(1)
+    n = REGISTER_BYTES // np.dtype(dtype).itemsize
+    u, v = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
+    out = np.empty(5 * n, dtype)
+    arithmetic(u, v, out)
+    third = dtype(1.0 / 3.0)
+    for got, want in zip(out.reshape(5, n), (u + v, u - v, dtype(-5) * u + v, dtype(0.25) * u - v, third * u)):
+        np.testing.assert_allclose(got, want, rtol=4 * np.finfo(dtype).eps, atol=4 * np.finfo(dtype).eps)
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_store4_writes_a_quarter_of_eight_lanes(dtype):
+    """store4(a, idx, v, h) writes v[4h : 4h + 4] and nothing around it."""
+    n = REGISTER_BYTES // np.dtype(dtype).itemsize
+
+    @njit
+    def quarters(x, out):
+        v = load(x, 0)
+        for h in range(n // 4):
+            store4(out, (h, 1), v, h)
+
+    x = np.arange(n, dtype=dtype) + 1
+    out = np.zeros((n // 4, 6), dtype)
+    quarters(x, out)
+    np.testing.assert_array_equal(out[:, 1:5], x.reshape(-1, 4))
+    assert not out[:, 0].any() and not out[:, 5].any()
+
+
+def test_transpose8_compiles_with_four_lanes_and_refuses_to_run():
+    """A kernel with a branch for 8 lanes (``direct_channels``, the fused Winograd) must compile where a vector has 4
+    (float64 with AVX2): there transpose8 compiles, and raises if it is ever reached."""
+    code = """
+import numpy as np
+from numba import njit
+from convalgos.kernels.simd import lanes, load, transpose8, store
+@njit
+def kernel(x, turn):
+    if turn:
+        u = transpose8(load(x, 0), load(x, 0), load(x, 0), load(x, 0), load(x, 0), load(x, 0), load(x, 0), load(x, 0))
+        store(x, 0, u[0])
+    return lanes(x)
+x = np.zeros(8)
+print(kernel(x, False))
+try:
+    kernel(x, True)
+except ValueError as error:
+    print(error)
+"""
+    env = {**os.environ, "NUMBA_CPU_NAME": "haswell"}                   # AVX2: 4 float64 lanes
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.split("\n")[:2] == ["4", "transpose8 needs 8 lanes"]

@@ -258,8 +258,8 @@ def test_per_thread_scratch_is_counted_and_sized_by_the_layer(name, op):
     """The transform kernels' scratch is one kept row per thread, counted in workspace_bytes at every thread
     count, and sized by the work: on a one-filter 3x3 layer a few KiB per thread (a 1024-filter block was
     258 KB for winograd_4x4; the fused forward and backward-data keep a block of 8 tiles x a vector of channels
-    in each of their 36 rows, under 64 KiB). The fused backward-filter keeps a block's transforms with the channels padded to
-    a register tile (under 256 KiB), on one thread only when the layer has one block of tiles."""
+    in each of their 36 rows, under 64 KiB). The fused backward-filter keeps a block's transforms with the channels
+    padded to a register tile (under 256 KiB), on one thread only when the layer has one block of tiles."""
     algo = ALGORITHMS[name]
     if not algo.implements(op):
         pytest.skip(f"{name} has no {op} pass")

@@ -1,18 +1,23 @@
 """winograd_fused_4x4: F(4x4, 3x3) (F(3x3, 4x4) for backward-filter) one block of tiles at a time. It agrees with
 the float64 reference on all three passes (blocks that straddle tile rows and images, a last partial block,
 groups, padding that crops, channels that do not fill a register tile), gives the same backward-filter at any
-thread count, and counts its products as done: 36 per tile and (k, c)."""
+thread count, and counts its products as done: 36 per tile and (k, c). Its written-out transforms are
+cook_toom's matrices, and its pixel-major copy places, pads and crops as the passes need."""
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 
 import numba
+from numba import njit
 
 import convalgos
 from convalgos import ALGORITHMS, ConvParams, reference
 from convalgos.reference import normwise_error
 from convalgos.kernels.simd import REGISTER_BYTES
-from convalgos.winograd.f43 import OUTPUT_FLOPS
+from convalgos.kernels.simd import load, store
+from convalgos.winograd.cooktoom import cook_toom
+from convalgos.winograd.f43 import OUTPUT_FLOPS, filter_row, input_row, output_row
+from convalgos.winograd.fused_kernels import to_channels_last
 from layers import layers
 
 FUSED = ALGORITHMS["winograd_fused_4x4"]
@@ -48,7 +53,7 @@ def test_random_3x3_layers_every_pass(op, dtype, layer):
     (((1, 12, 30, 22), (12, 6, 3, 3)), 1, 2),       # blocks straddle tile rows; partial tiles at both edges
     (((2, 16, 4, 4), (24, 16, 3, 3)), 1, 1),        # one partial block; 8, 8, 4, 4-wide... channel blocks
     (((3, 9, 11, 9), (13, 9, 3, 3)), ((3, 0), (0, 4)), 1),   # padding over 2 crops dy in backward-data
-    (((1, 3, 9, 262), (5, 3, 3, 3)), 1, 1),         # 66 tiles a row: whole blocks inside one row (stride-4 reads)
+    (((1, 3, 9, 262), (5, 3, 3, 3)), 1, 1),         # 66 tiles a row: whole blocks inside one row
     (((1, 40, 6, 6), (40, 40, 3, 3)), 1, 1),        # one block: the channel blocks split over parts (threads)
     (((2, 48, 8, 8), (20, 24, 3, 3)), 1, 2),        # backward-filter: 24 channels a group (a wide tile's 32
     (((1, 5, 13, 7), (3, 5, 3, 3)), ((0, 2), (1, 0)), 1),    # lanes, 8 of them zero), 10 rows; 3 rows, 5 lanes
@@ -114,3 +119,50 @@ def test_flops_count_36_products_per_tile_over_whole_blocks(op):
     second = FUSED.flops(one_more, op) - FUSED.flops(p, op)                       # a block of 4 tiles
     skipped = 0 if op == "backward_filter" else OUTPUT_FLOPS * 256 * (block - 4)
     assert first - second == skipped
+
+
+@njit
+def _rows(d, out):
+    """out[0, :6], out[1, :4], out[2, :6] = B^T, A^T and G applied (f43's code) to d's columns."""
+    r = input_row(load(d[0], 0), load(d[1], 0), load(d[2], 0), load(d[3], 0), load(d[4], 0), load(d[5], 0))
+    y = output_row(load(d[0], 0), load(d[1], 0), load(d[2], 0), load(d[3], 0), load(d[4], 0), load(d[5], 0))
+    g = filter_row(load(d[0], 0), load(d[1], 0), load(d[2], 0))
+    for i in range(6):
+        store(out[0, i], 0, r[i])
+        store(out[2, i], 0, g[i])
+    for i in range(4):
+        store(out[1, i], 0, y[i])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_written_out_transforms_are_cook_toom_s_matrices(dtype):
+    """f43's factored rows compute B^T d, A^T m and G g of cook_toom(4, 3), to rounding."""
+    L = REGISTER_BYTES // np.dtype(dtype).itemsize
+    d = np.random.default_rng(2).standard_normal((6, L)).astype(dtype)
+    out = np.zeros((3, 6, L), dtype)
+    _rows(d, out)
+    m = cook_toom(4, 3)
+    BT, AT, G = (np.array(x, dtype=np.float64) for x in (m.BT, m.AT, m.G))
+    tol = 50 * np.finfo(dtype).eps
+    np.testing.assert_allclose(out[0], BT @ d, rtol=tol, atol=tol)
+    np.testing.assert_allclose(out[1, :4], AT @ d, rtol=tol, atol=tol)
+    np.testing.assert_allclose(out[2], G @ d[:3], rtol=tol, atol=tol)
+
+
+@pytest.mark.parametrize("top, left", [(1, 1), (2, 0), (-1, 3)])
+@pytest.mark.parametrize("shape, groups, Cgp", [((2, 16, 5, 37), 1, 16), ((1, 12, 4, 9), 2, 16),
+                                                ((1, 9, 3, 20), 1, 16)])
+def test_the_pixel_major_copy_places_pads_and_crops(shape, groups, Cgp, top, left):
+    """xl[n, i, j, g, c] = x[n, g Cg + c, i - top, j - left] inside x, else 0 (channels past Cg, borders; a
+    negative offset crops): whole rows turned in registers, part rows and odd channel counts copied."""
+    x = np.random.default_rng(3).standard_normal(shape).astype(np.float32)
+    N, C, H, W = shape
+    Cg = C // groups
+    xl = np.full((N, H + 3, W + 2, groups, Cgp), np.nan, np.float32)
+    to_channels_last(x, top, left, xl)
+    want = np.zeros_like(xl)
+    for i in range(xl.shape[1]):
+        for j in range(xl.shape[2]):
+            if 0 <= i - top < H and 0 <= j - left < W:
+                want[:, i, j, :, :Cg] = x[:, :, i - top, j - left].reshape(N, groups, Cg)
+    np.testing.assert_array_equal(xl, want)

@@ -1,10 +1,10 @@
 """Register blocks: a few output channels x two vectors of outputs, accumulated in registers over every tap.
 
-The inner product of ``direct`` (and of the fused Winograd, whose transformed tiles it multiplies the same
-way): for a block of output channels k0 .. k0 + width - 1 and 2L consecutive outputs (L = SIMD lanes), sum
-over taps q of w[k, q] * xq[n, c0 + taps[0, q], taps[1, q] + t0 + j]. The accumulators never leave the
-registers while the taps go by; per tap, two loads of x and one broadcast of w per channel feed 2 x width
-multiply-adds. ``channel_block`` cuts a group's channels into blocks of BLOCK (8 or 4), then fours, then ones.
+The inner product of ``direct``: for a block of output channels k0 .. k0 + width - 1 and 2L consecutive
+outputs (L = SIMD lanes), sum over taps q of w[k, q] * xq[n, c0 + taps[0, q], taps[1, q] + t0 + j]. The
+accumulators never leave the registers while the taps go by; per tap, two loads of x and one broadcast of w per
+channel feed 2 x width multiply-adds. ``channel_block`` cuts a group's channels into blocks of BLOCK (8 or 4),
+then fours, then ones.
 
 The eight- and four-channel blocks are near-copies on purpose: Numba cannot write N accumulators once.
 """

@@ -26,7 +26,7 @@ The operations, all for a 1-D array ``a`` of float32 or float64 and an element i
     fma(u, v, acc)    u * v + acc, lane by lane, one rounding (llvm.fma)
     add(u, v), sub(u, v)  u + v, u - v, lane by lane
     mul_add(c, v, acc), mul_sub(c, v, w)  c * v + acc, c * v - w for a scalar c (a constant in a transform's
-                      code: the compiler folds its broadcast), one rounding
+                      code: the compiler folds its broadcast), one rounding; scale(c, v) c * v
     evens(a, i)       a[i], a[i + 2], ..., a[i + 2*lanes - 2] as a Vec: one load of 2*lanes elements, then the even
                       lanes (a stride-2 gather, for polyphase copies)
     total(v)          the sum of v's lanes, as a fixed tree: the upper half added to the lower half, lane by
@@ -196,6 +196,22 @@ def _scaled_fma(context, builder, sig, args, negate):
 
 
 @intrinsic
+def scale(typingctx, c, v):
+    if not isinstance(v, Vec) or not isinstance(c, (types.Number, types.Literal)):
+        return None
+
+    def codegen(context, builder, sig, args):
+        vec = sig.args[1]
+        vector_type, i32 = context.get_value_type(vec), ir.IntType(32)
+        value = context.cast(builder, args[0], sig.args[0], vec.dtype)
+        one = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(i32, 0))
+        c = builder.shuffle_vector(one, ir.Constant(vector_type, ir.Undefined),
+                                   ir.Constant(ir.VectorType(i32, vec.lanes), [0] * vec.lanes))
+        return builder.fmul(c, args[1])
+    return v(c, v), codegen
+
+
+@intrinsic
 def mul_add(typingctx, c, v, acc):
     if not isinstance(v, Vec) or not isinstance(c, (types.Number, types.Literal)):
         return None
@@ -282,8 +298,8 @@ def _store_part(context, builder, sig, args, width):
     lane, i32 = context.get_value_type(array_type.dtype), ir.IntType(32)
     part = builder.shuffle_vector(args[2], args[2], ir.Constant(ir.VectorType(i32, width), list(range(width))))
     for h in range(1, v.lanes // width):          # the part h (a select the compiler folds for a constant h)
-        other = builder.shuffle_vector(args[2], args[2],
-                                       ir.Constant(ir.VectorType(i32, width), list(range(width * h, width * h + width))))
+        lanes_h = ir.Constant(ir.VectorType(i32, width), list(range(width * h, width * h + width)))
+        other = builder.shuffle_vector(args[2], args[2], lanes_h)
         part = builder.select(builder.icmp_signed("==", args[3], ir.Constant(args[3].type, h)), other, part)
     builder.store(part, builder.bitcast(pointer, ir.VectorType(lane, width).as_pointer()),
                   align=array_type.dtype.bitwidth // 8)

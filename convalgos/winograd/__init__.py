@@ -7,8 +7,9 @@
 - ``cpu.py``: ``winograd_2x2/4x4/6x6``, transforms around batched GEMMs, all three passes (the maths);
 - ``kernels.py``: their Numba transforms, ``block_kernels.py`` the ones held in registers, ``blocking.py`` how a
   pass cuts its work;
-- ``fused.py`` and ``fused_kernels.py``: ``winograd_fused_4x4``, one block of 32 tiles at a time in cache;
-  ``fused_filter_kernels.py``: its backward-filter, F(3x3, 4x4) by blocks, per-thread sums;
+- ``fused.py`` and ``fused_kernels.py``: ``winograd_fused_4x4``, one block of 32 tiles at a time in cache, the
+  channels in the lanes; ``f43.py``: F(4x4, 3x3)'s transforms written out and factored; ``fused_filter_kernels.py``:
+  its backward-filter, F(3x3, 4x4) by blocks, per-thread sums;
 - ``gpu.py``: the GPU twin of ``winograd_mxm``, all three passes (Numba-CUDA transforms around a cuBLAS batched
   GEMM); ``gpu_kernels.py``: its transform kernels;
 - ``gpu_fused.py`` and ``gpu_fused_kernels.py``: the GPU twin of ``winograd_fused_4x4``, forward and

@@ -1,7 +1,7 @@
-"""Winograd transforms held in registers: X D X^T for a 6-column X (F(4, 3)'s B^T and A^T, F(3, 4)'s B'^T) on one block
+"""Winograd transforms held in registers: X D X^T for a 6-column X (F(4, 3)'s B^T, F(3, 4)'s B'^T) on one block
 of two vector registers' worth of arrays (``sandwich_block``; ``sandwich_block4`` for F(3, 4)'s 4-column G'), and
 ``block_transform``, the input transform of ``kernels.tile_transform`` built on it (winograd_4x4's input
-transforms). The fused passes (``fused_kernels.py``, ``fused_filter_kernels.py``) use them on their blocks. A small
+transforms). The fused backward-filter (``fused_filter_kernels.py``) uses them on its blocks. A small
 plane makes ``tile_transform``'s tiles_w-long loops short; a block of tiles across tile rows keeps every step two
 vectors long.
 """

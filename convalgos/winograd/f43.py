@@ -1,5 +1,5 @@
-"""F(4x4, 3x3)'s input and output transforms written out: cook_toom(4, 3)'s B^T and A^T (points 0, +-1, +-1/2)
-factored into sums shared between rows, on whole vectors (the lanes: channels, in ``fused_kernels``).
+"""F(4x4, 3x3)'s transforms written out: cook_toom(4, 3)'s B^T, A^T and G (points 0, +-1, +-1/2) factored into
+sums shared between rows, on whole vectors (the lanes: channels, in ``fused_kernels``).
 
 A row of B^T d (six inputs d0..d5, six outputs), from the matrix's rows [1 0 -5 0 4 0], [0 -1 -1 4 4 0],
 [0 1 -1 -4 4 0], [0 1 2 -1 -2 0], [0 -1 2 1 -2 0], [0 1 0 -5 0 4]:
@@ -11,8 +11,10 @@ A row of B^T d (six inputs d0..d5, six outputs), from the matrix's rows [1 0 -5 
 14 operations where the dense matrix takes 36 multiply-adds (and 36 broadcasts of its entries). A row of A^T m,
 from [1 1 1 1 1 0], [0 1 -1 1/2 -1/2 0], [0 1 1 1/4 1/4 0], [0 1 -1 1/8 -1/8 1]: with s = m1 + m2, d = m1 - m2,
 S = m3 + m4, D = m3 - m4: y0 = m0 + s + S, y1 = d + D/2, y2 = s + S/4, y3 = d + D/8 + m5 (10 operations). The
-constants are exact in binary; the order of the sums differs from the matrix product's, so the rounding does
-(tests/test_winograd_fused.py checks both against cook_toom's matrices).
+constants are exact in binary. G's rows [1 0 0], [1/6 1/6 1/6], [1/6 -1/6 1/6], [4/3 2/3 1/3], [4/3 -2/3 1/3],
+[0 0 1/4] on (g0, g1, g2), with t = g0 + g2 and u = (4 g0 + g2) / 3: g0, (t + g1)/6, (t - g1)/6, u + 2/3 g1,
+u - 2/3 g1, g2/4 (13 operations). The order of the sums differs from the matrix products', so the rounding does
+(tests/test_winograd_fused.py checks each row against cook_toom's matrices).
 
 A 6 x 6 tile is transformed in two passes of six rows each: X d X^T = X (X d^T)^T. The first pass transforms
 the rows of d into a scratch T, the second the columns of T, so no more than a row's six vectors are live.
@@ -21,10 +23,11 @@ from __future__ import annotations
 
 from numba import njit
 
-from ..kernels.simd import add, lanes, load, mul_add, mul_sub, store, sub
+from ..kernels.simd import add, lanes, load, mul_add, mul_sub, scale, store, sub
 
-#: FLOPs of one tile's transform per channel (a multiply-add counts 2): 12 rows of 22 in, 10 rows of 13 out.
-INPUT_FLOPS, OUTPUT_FLOPS = 12 * 22, 10 * 13
+#: FLOPs of one tile's transform per channel (a multiply-add counts 2): 12 rows of 22 in, 10 rows of 13 out;
+#: of one filter's, 9 rows of 13.
+INPUT_FLOPS, OUTPUT_FLOPS, FILTER_FLOPS = 12 * 22, 10 * 13, 9 * 13
 
 
 @njit(cache=True, inline="always")
@@ -41,6 +44,14 @@ def output_row(m0, m1, m2, m3, m4, m5):
     """A^T applied to six vectors: (y0, y1, y2, y3) of the module docstring."""
     s, d, S, D = add(m1, m2), sub(m1, m2), add(m3, m4), sub(m3, m4)
     return add(add(m0, s), S), mul_add(0.5, D, d), mul_add(0.25, S, s), add(mul_add(0.125, D, d), m5)
+
+
+@njit(cache=True, inline="always")
+def filter_row(g0, g1, g2):
+    """G applied to three vectors: six, as in the module docstring."""
+    t, u = add(g0, g2), scale(1.0 / 3.0, mul_add(4.0, g0, g2))
+    return (g0, scale(1.0 / 6.0, add(t, g1)), scale(1.0 / 6.0, sub(t, g1)), mul_add(2.0 / 3.0, g1, u),
+            mul_add(-2.0 / 3.0, g1, u), scale(0.25, g2))
 
 
 @njit(cache=True, inline="always")
@@ -77,3 +88,18 @@ def output_tile(M, m0, step, T, Y):
                        load(T, (16 + j) * L), load(T, (20 + j) * L))
         for i in range(4):
             store(Y, (4 * i + j) * L, y[i])
+
+
+@njit(cache=True, inline="always")
+def filter_tile(src, pitch, T, U, u0, step):
+    """U[u0 + xi*step :][:L] = (G f G^T)[xi] (xi = 6 i + j) for the 3 x 3 filter of vectors f[r][s] = src[(3 r + s)
+    pitch :][:L]. T: scratch of 18 L elements."""
+    L = lanes(T)
+    for r in range(3):
+        e = filter_row(load(src, 3 * r * pitch), load(src, (3 * r + 1) * pitch), load(src, (3 * r + 2) * pitch))
+        for j in range(6):                                # (f G^T) row r: T[r, j]
+            store(T, (6 * r + j) * L, e[j])
+    for j in range(6):
+        u = filter_row(load(T, j * L), load(T, (6 + j) * L), load(T, (12 + j) * L))
+        for i in range(6):
+            store(U, u0 + (6 * i + j) * step, u[i])

@@ -5,37 +5,43 @@ The non-fused passes (cuDNN's WINOGRAD_NONFUSED) run each step over the whole im
 V (alpha^2 x C x P) is written to memory, alpha^2 GEMMs read it and write M (alpha^2 x K x P), and the output
 transform reads M back. On a large plane with few channels V and M are tens of MB (VGG's C = 64 224x224
 layer: 29 MB each), so the steps run at memory speed, not at the FMA units'. The fused pass (cuDNN's
-WINOGRAD, NNPACK's per-block transform strategy) takes TB tiles at a time (two vector registers' worth: 32
-float32 tiles with AVX-512, 16 with AVX2), and for each block, in one thread's scratch:
+WINOGRAD, NNPACK's per-block transform strategy) takes TB tiles at a time (32 float32 tiles with AVX-512, 16
+with AVX2; fewer on a layer with fewer tiles), and for each block, in one thread's scratch:
 
-    V[xi][c, t] = (B^T d[c, t] B)[xi]                  every input channel c of the group, tile t < TB
-    M[k, xi, t] = sum_c U[xi][k, c] V[xi][c, t]        alpha^2 products (Kg x Cg) @ (Cg x TB)
-    y[k, tile t] = A^T M[k, :, t] A                     every output channel, cropped to the output
+    V[xi][t, c] = (B^T d[t, c] B)[xi]                  every input channel c of the group, tile t < TB
+    M[xi][t, k] = sum_c V[xi][t, c] U[xi][c, k]        alpha^2 products (TB x Cg) @ (Cg x Kg)
+    y[k, tile t] = A^T M[:, t, k] A                     every output channel, cropped to the output
 
-The products are ``direct``'s register blocks (``kernels.blocks.eight_channels``): 8 (or 4) output channels x
-TB tiles of accumulators held in registers over the Cg "taps" c, one broadcast of U and two vector loads of V
-per tap. A tile is a vector lane, so the input and output transforms are vector arithmetic over the block
-(``kernels._sandwich``), after a gather of each tile's alpha x alpha patch.
+The channels are the vector lanes, as in oneDNN's blocked layouts (``fused_kernels.py``). The input is laid
+out pixel-major once (N, H, W, C, zero-padded: ``to_channels_last``, 8 channels x L pixels turned in registers
+at a time), so a tile's 6 x 6 patch is 36 vector loads of L channels, with no gather; the transforms are
+F(4x4, 3x3)'s matrices written out and factored (``f43.py``: 14 and 10 operations a row where the dense rows
+took 36 and 24 multiply-adds, each with a broadcast of the matrix's entry); the products are
+``direct_channels``' register tile (``kernels.lane_tiles``: 8 tiles x 2L output channels, per input channel
+two vector loads of U and eight broadcasts of V for sixteen multiply-adds); and each transformed output tile
+(16 vectors: pixels x L channels) is turned two rows at a time in registers into 4-pixel stores of each
+channel. U is packed to match once per call, or once with ``prepare`` (``transform_filters``: 36 x V x Cg
+per chunk of V output channels; backward-data's from the filters turned by 180 degrees, K and C swapped,
+so it is the same pass).
+
+Where the time went (ResNet-20 b32, 2 threads, C16 32x32 / C64 8x8, ms): the pixel-major copy 0.11 / 0.06,
+the input transform 0.06 / 0.02, the products 0.13 / 0.05, the output transform and stores 0.18 / 0.05. The
+kernel it replaced (tiles in the lanes: each 6 x 6 patch gathered a scalar at a time, dense transforms, a
+scalar scatter) spent 0.17 / 0.05 on the gather, 0.16 / 0.07 on the input transform and 0.19 / 0.05 on the
+output, and took 0.74 / 0.32 ms in all, against 0.50 / 0.21 now. Rows of V and M are padded by a vector: at
+2 KB apart a tile's 36 vectors shared two of L1's sets (C32 16x16: 0.27 ms -> 0.16 ms for the kernel).
 
 The trade-off, which the tuner weighs per layer: every block reads all of U (alpha^2 K Cg elements) once,
 where the non-fused GEMMs read it once per call. With C = K = 512, U is 37 MB, read again for every 32 tiles:
-on deep layers with small planes the non-fused pass wins; on wide planes with C, K <= 128 the fused one.
-Measured here (2-core Zen 4, AVX-512, prepared weights, minimum of 15 interleaved calls), ms, fused /
-non-fused / torch: VGG C64 224x224 13.8 / 21.9 / 19.3; C128 112x112 9.7 / 15.0 / 17.8; C256 56x56 11.1 /
-11.3 / 17.5; C512 28x28 10.7 / 11.5 / 18.6; C512 14x14 6.4 / 6.2 / 5.6; C512 7x7 6.1 / 4.6 / 2.4 (direct 1.7);
-ResNet-20 N32 C64 8x8 0.87 / 1.51 / 1.01 and C32 16x16 1.05 / 2.24 / 1.06.
+on deep layers with small planes the non-fused pass or ``direct`` wins; elsewhere this one. Measured (2-core
+AMD EPYC Zen 5, AVX-512, float32, prepared weights, medians of 20 interleaved calls, 2026-12-05; the machine
+drifted ~30% during the run), ms, this / winograd_4x4 / direct_channels / torch: VGG b1 C64 224x224 5.7 /
+16.3 / 9.2 / 9.1; C128 112x112 3.8 / 9.3 / 7.8 / 8.2; C256 56x56 4.3 / 7.5 / 7.7 / 8.2; C512 28x28 4.8 / 7.4 /
+9.6 / 8.6; C512 14x14 1.8 / 3.7 / 2.7 / 2.9; ResNet-18 b1 C512 7x7 1.2 / 2.9 / 0.84 / 1.5 (direct 0.84);
+ResNet-20 b32 C64 8x8 0.29 / 1.1 / 0.46 / 0.47, C32 16x16 0.37 / 1.7 / 0.50 / 0.46, C16 32x32 0.76 / 2.5 /
+0.88 / 0.76 (direct 0.54: with 16 channels a tile's products are 8 broadcasts per 8 multiply-adds, and the
+copies cost as much as the arithmetic).
 
-Where its time went (VGG C64 224x224, one call of about 18 ms, measured before the six-vector transforms):
-gathering each tile's 6 x 6 patch 3.6 ms, the input transform 3.0, the products 6.3 (146 GFLOP/s), the output
-transform and its scatter 3.3. The transforms now apply a row of the 6-column matrix to six vectors at once
-(``kernels._mix6``), which made the whole pass 1.1-1.2x faster than one loop over the matrix's
-entries (VGG C64 224x224 16.9 -> 15.1 ms, ResNet-20 C64 8x8 1.10 -> 0.91 ms); F(4x4, 3x3) is what this
-kernel is written for.
-
-Backward-data is the forward pass over dx's tiles with the flipped filters and K, C swapped (see
-convalgos.winograd); it reads U of the flipped filters transposed, a view: the products broadcast U one
-element at a time, so on small layers the layout costs nothing (ResNet-20 C64 8x8: 0.78 ms, forward 0.90),
-while on C = K = 512 the strided reads made it 24 ms against forward's 16 (the non-fused pass, 18, wins there).
 Backward-filter, F(3x3, 4x4) (the maths of convalgos.winograd: dy's tiles are the "filters"), fused the same way
 (cuDNN documents its fused BWD_FILTER_ALGO_WINOGRAD as not implemented; ``fused_filter_kernels.py``). Per block
 of TB tiles, in the thread's scratch:
@@ -65,11 +71,12 @@ x's gather 0.56 ms, its sandwich 0.15, turning it 0.12, dy's transform 0.24, the
 filter pass runs at ~75% of the FMA peak on these layers (151 MFLOP in 0.5 ms), so there is little to win.
 
 FLOPs (``flops``): alpha^2 products per tile and (k, c) pair, 36 against direct's 144 (4x fewer), over P
-rounded up to whole blocks, plus the transforms as in convalgos.winograd (X d X^T costs 2 nnz(X) (a + b)).
-Workspace (``workspace_bytes``): the padded input, U, and per thread V (alpha^2 Cg TB), M (Kg alpha^2 TB),
-D and T (alpha^2 TB), Y (m^2 TB), the filter transform's scratch (``kernels.scratch_elements`` of its block of
-filters: ``filter_block``, at most an equal share per thread) and the kernel's four TB-long index arrays; the
-products' tap table (2 Cg integers). Backward-filter: per thread X (alpha^2 Cgp TB), D (alpha^2 Kp TB), the
+rounded up to whole blocks and the output channels to V, plus the transforms (``f43``'s operation counts per
+tile and channel; backward-filter's as in convalgos.winograd, X d X^T costing 2 nnz(X) (a + b)).
+Workspace (``workspace_bytes``): the pixel-major input (channels rounded up to L), the packed U (output
+channels rounded up to V) with its stage (9 V) and scratch (18 L) per thread, and per thread V (alpha^2 TB Cgp
++ L), M (alpha^2 TB Kp + L), the transforms' T (36 L) and Y (16 L); the products' tap table (Cg integers).
+Backward-filter: per thread X (alpha^2 Cgp TB), D (alpha^2 Kp TB), the
 transforms' scratch (6 x 6 and 4 x 4: 184 TB), a tile's stage (8 V) and S (alpha^2 groups Kp Cgp; Kp, Cgp: a
 group's channels rounded up to 8 and to V); the summed S (alpha^2 K Cg), the output transform's scratch and a
 tap table (TB integers).
@@ -85,9 +92,9 @@ from ..kernels.simd import REGISTER_BYTES
 from ..params import ConvParams
 from ..registry import Algorithm
 from .cooktoom import cook_toom
-from .f43 import INPUT_FLOPS, OUTPUT_FLOPS
+from .f43 import FILTER_FLOPS, INPUT_FLOPS, OUTPUT_FLOPS
 from .fused_filter_kernels import add_thread_sums, fused_filter_sums
-from .fused_kernels import fused_correlate, pack_filters, to_channels_last
+from .fused_kernels import fused_correlate, to_channels_last, transform_filters
 from .kernels import block_tiles, filter_block_size, filter_transform, scratch_elements
 from .shared import TOLERANCES, f3x3_constraints, sandwich_flops, tile_grid
 
@@ -109,7 +116,6 @@ class FusedWinograd(Algorithm):
         self.tolerances, self.tolerance = TOLERANCES[m], TOLERANCES[m]["forward"]
         self.matrices = cook_toom(m, 3)
         self.filter_matrices = cook_toom(3, m)                       # F(3, m): backward-filter
-        self._float = {np.dtype(dt): self.matrices.as_float(dt) for dt in (np.float32, np.float64)}
         self._filter_float = {np.dtype(dt): self.filter_matrices.as_float(dt) for dt in (np.float32, np.float64)}
 
     # ---- sizes ---------------------------------------------------------------------------------------------
@@ -142,13 +148,12 @@ class FusedWinograd(Algorithm):
         if op == "backward_filter":
             return self._filter_workspace_bytes(p)
         tiles_h, tiles_w = self._tiles(p, op)
-        _, _, in_g, _ = self._channels(p, op)
-        L, n_threads = self._lanes(p), get_num_threads()
+        _, _, in_g, out_g = self._channels(p, op)
+        L, V, n_threads = self._lanes(p), tile_lanes(out_g, p.itemsize)[1], get_num_threads()
         xl = p.N * (tiles_h * self.m + 2) * (tiles_w * self.m + 2) * p.groups * -(-in_g // L) * L
-        filters = self.alpha ** 2 * p.K * p.Cg + self.prepare_bytes(p, op) // p.itemsize          # U, packed
+        filters = self.prepare_bytes(p, op) // p.itemsize + n_threads * (9 * V + 18 * L)   # Upk, its stage and T
         per_thread = sum(int(np.prod(shape)) for shape in self._scratch(p, op).values())
-        scratch = n_threads * (per_thread + self._filter_scratch_elements(p, n_threads))
-        return (xl + filters + scratch) * p.itemsize + in_g * 8
+        return (xl + filters + n_threads * per_thread) * p.itemsize + in_g * 8
 
     def _filter_scratch_elements(self, p: ConvParams, n_threads: int) -> int:
         return scratch_elements(3, self.alpha, filter_block_size(p.K * p.Cg, self.filter_block, n_threads))
@@ -161,7 +166,7 @@ class FusedWinograd(Algorithm):
         V, L = tile_lanes(out_g, p.itemsize)[1], self._lanes(p)
         products = 2 * self.alpha ** 2 * p.groups * -(-out_g // V) * V * in_g * P
         transforms = INPUT_FLOPS * p.groups * -(-in_g // L) * L * P + OUTPUT_FLOPS * n_out * p.N * tiles_h * tiles_w
-        return products + transforms + sandwich_flops(self.matrices.G) * p.K * p.Cg
+        return products + transforms + FILTER_FLOPS * p.K * p.Cg
 
     # ---- prepared weights ----------------------------------------------------------------------------------
     def prepare_weight(self, w, p: ConvParams, op: str):
@@ -189,22 +194,16 @@ class FusedWinograd(Algorithm):
 
     # ---- the steps they share ------------------------------------------------------------------------------
     def _packed_filters(self, w, p: ConvParams, op: str, fresh: bool = False):
-        """U = G w G^T per filter (G J, columns reversed, for backward-data's flipped filters), packed with V
-        output channels of the correlation side by side (``pack_filters``; backward-data's are the layer's
-        input channels): into a fresh array with ``fresh``, else a kept workspace buffer."""
-        a, dtype = self.alpha, w.dtype
-        G = self._float[dtype][1] if op == "forward" else np.ascontiguousarray(self._float[dtype][1][:, ::-1])
-        U = self.workspace.get("U", (a, a, p.K * p.Cg), dtype)
-        n_threads = get_num_threads()
-        scratch = self.workspace.get("filter_scratch", (n_threads, self._filter_scratch_elements(p, n_threads)), dtype)
-        block = filter_block_size(p.K * p.Cg, self.filter_block, n_threads)
-        filter_transform(w.reshape(p.K * p.Cg, 3, 3), G, block, scratch, U.transpose(2, 0, 1))
-        U = U.reshape(a * a, p.groups, p.Kg, p.Cg)
+        """U = G f G^T per filter f (backward-data's turned by 180 degrees, K and C swapped), with V output
+        channels of the correlation side by side (``fused_kernels.transform_filters``): into a fresh array with
+        ``fresh``, else a kept workspace buffer."""
         _, _, in_g, out_g = self._channels(p, op)
-        V = tile_lanes(out_g, p.itemsize)[1]
-        shape = (a * a, p.groups, -(-out_g // V), in_g, V)
-        Upk = np.empty(shape, dtype) if fresh else self.workspace.get("Upk", shape, dtype)
-        pack_filters(U if op == "forward" else U.transpose(0, 1, 3, 2), Upk)
+        L, V, n_threads = self._lanes(p), tile_lanes(out_g, p.itemsize)[1], get_num_threads()
+        shape = (self.alpha ** 2, p.groups, -(-out_g // V), in_g, V)
+        Upk = np.empty(shape, w.dtype) if fresh else self.workspace.get("Upk", shape, w.dtype)
+        stage = self.workspace.get("filter_stage", (n_threads, 9 * V), w.dtype)
+        scratch = self.workspace.get("filter_T", (n_threads, 18 * L), w.dtype)
+        transform_filters(w, op == "backward_data", Upk, stage, scratch)
         return Upk
 
     def _scratch(self, p: ConvParams, op: str) -> dict:
@@ -245,7 +244,8 @@ class FusedWinograd(Algorithm):
     def _filter_workers(self, p: ConvParams) -> int:
         """Threads the sums run on: one per (group, block of tiles) at most, so that a layer of few tiles keeps
         no S it would leave at zero (each is alpha^2 K Cg elements: 38 MB at C = K = 512)."""
-        return min(get_num_threads(), p.groups * -(-self.computed_tiles(p, "backward_filter") // self.block_tiles(p, "backward_filter")))
+        blocks = -(-self.computed_tiles(p, "backward_filter") // self.block_tiles(p, "backward_filter"))
+        return min(get_num_threads(), p.groups * blocks)
 
     def _filter_scratch(self, p: ConvParams) -> dict:
         """name -> shape of each worker's scratch for ``fused_filter_kernels.fused_filter_sums``: the 6 x 6

@@ -11,7 +11,7 @@ from numba import njit, prange
 from ..kernels.lane_tiles import ROWS, narrow_tile, wide_tile
 from ..kernels.loops import share
 from ..kernels.simd import lanes, load, store4, store8, transpose8
-from .f43 import input_tile, output_tile
+from .f43 import filter_tile, input_tile, output_tile
 
 
 @njit(parallel=True, cache=True)
@@ -30,9 +30,15 @@ def to_channels_last(x, top, left, xl):
     for item in prange(N * Hp):
         n, i = item // Hp, item % Hp
         y, row = i - top, xl[n, i]
-        row[:] = 0.0
         if not 0 <= y < H:
+            row[:] = 0.0
             continue
+        row[:j0] = 0.0
+        row[j1:] = 0.0
+        for j in range(j0, j1):                       # channels past Cg
+            for g in range(groups):
+                for c in range(Cg, Cgp):
+                    row[j, g, c] = 0.0
         turned_c, turned_x = (Cg // 8) * 8 if L >= 8 else 0, j0 - left
         if j0 == left and j1 == W + left:             # whole rows: blocks of L pixels turned, the rest copied
             turned_x = (W // L) * L
@@ -146,16 +152,32 @@ def fused_correlate(xl, Upk, tiles_h, tiles_w, TB, wide, taps, Vs, Ms, T, Y, out
 
 
 @njit(parallel=True, cache=True)
-def pack_filters(U, Upk):
-    """Upk[xi, g, j, c, v] = U[xi, g, j V + v, c] (0 past the group's output channels): the transformed filters
-    with a chunk of V output channels side by side, ``lane_tiles``' vectors. U: (36, groups, Kout_g, Cin_g), any
-    strides (backward-data's is a transposed view); Upk: (36, groups, chunks, Cin_g, V)."""
-    a2, groups, Kg, Cg = U.shape
-    chunks, V = Upk.shape[2], Upk.shape[4]
-    for item in prange(a2 * groups * chunks):
-        xi, g, j = item // (groups * chunks), (item // chunks) % groups, item % chunks
-        into = Upk[xi, g, j]
-        for c in range(Cg):
+def transform_filters(w, swap, Upk, stage, T):
+    """Upk[xi, g, j, i, v] = (G f G^T)[xi] for the filter f from input channel i to output channel o = j V + v
+    of group g of the correlation (zero past the group's outputs): ``lane_tiles``' vectors of V output channels.
+    Forward (swap False): f = w[g Kg + o, i]; backward-data (swap True: the layer's input channels are the
+    outputs): f = w[g Kg + i, o] turned by 180 degrees. w: (K, Cg, 3, 3); Upk: (36, groups, chunks, inputs, V);
+    per thread stage (9 V), T (18 L). One item is one (group, chunk, input channel): its V filters gathered
+    into the stage a tap at a time, then transformed L at a time (``f43.filter_tile``)."""
+    K, Cg = w.shape[0], w.shape[1]
+    groups, chunks, n_in, V = Upk.shape[1], Upk.shape[2], Upk.shape[3], Upk.shape[4]
+    Kg = K // groups
+    n_out, n_threads, L = Cg if swap else Kg, stage.shape[0], lanes(T[0])
+    target, step = Upk.reshape(-1), groups * chunks * n_in * V
+    for thread in prange(n_threads):
+        st, tt = stage[thread], T[thread]
+        start, stop = share(groups * chunks * n_in, thread, n_threads)
+        for item in range(start, stop):
+            g, j, i = item // (chunks * n_in), (item // n_in) % chunks, item % n_in
             for v in range(V):
-                k = j * V + v
-                into[c, v] = U[xi, g, k, c] if k < Kg else 0.0
+                o = j * V + v
+                for r in range(3):
+                    for s in range(3):
+                        if o >= n_out:
+                            st[(3 * r + s) * V + v] = 0.0
+                        elif swap:
+                            st[(3 * r + s) * V + v] = w[g * Kg + i, o, 2 - r, 2 - s]
+                        else:
+                            st[(3 * r + s) * V + v] = w[g * Kg + o, i, r, s]
+            for h in range(0, V, L):
+                filter_tile(st[h:], V, tt, target, (((g * chunks) + j) * n_in + i) * V + h, step)
