@@ -7,12 +7,16 @@ On 16x16 inputs (the same layers on smaller planes), batch 2: in a float32 run a
 rounding of zero can take the other side of the float64 run's mask, which moves the gradients below it by
 ~0.5% normwise (seen at 32x32, about 0.3 such flips per forward pass in either float32 run). Smaller planes make
 that rare (0 of 16 seeds flipped ours at 8x8 and 16x16; torch's own flipped twice); the seed is fixed and the
-runs are deterministic, so this test does not flicker, but a change of summation order may flip one."""
+runs are deterministic, so this test does not flicker, but a change of summation order may flip one. An
+algorithm whose float32 error is larger flips more: with the fused Winograd (10x direct's error) chosen for
+backward-data, 2 of seeds 1-6 flipped ours (torch's own 1). So the float32 test tunes over the algorithms whose
+float32 tolerance is direct's; the float64 test, where no mask flips, over every algorithm."""
 import copy
 
 import pytest
 
 import autotune  # before torch: it sets how the OpenMP runtimes wait
+import convalgos
 
 torch = pytest.importorskip("torch")
 
@@ -78,6 +82,13 @@ def error(a, reference) -> float:
     return float((a - reference).norm() / max(reference.norm(), 1e-30))
 
 
+def exact_tuner():
+    """A tuner over the algorithms whose float32 tolerance is direct's (module docstring)."""
+    bound = convalgos.ALGORITHMS["direct"].tolerance_of("forward", "float32")
+    return autotune.Tuner({name: a for name, a in convalgos.ALGORITHMS.items()
+                           if a.tolerance_of("forward", "float32") <= bound})
+
+
 @pytest.fixture(scope="module")
 def batch():
     g = torch.Generator().manual_seed(1)
@@ -89,7 +100,7 @@ def test_converted_float32_training_is_as_close_to_float64_as_torchs_own(batch):
     model = resnet20()
     reference = train(copy.deepcopy(model).double(), x.double(), labels)
     theirs = train(copy.deepcopy(model), x, labels)
-    ours = train(at.convert(copy.deepcopy(model), tuner=autotune.Tuner()), x, labels)
+    ours = train(at.convert(copy.deepcopy(model), tuner=exact_tuner()), x, labels)
     ref, q_theirs, q_ours = quantities(reference), quantities(theirs), quantities(ours)
     worse = {name: (error(q_ours[name], r), error(q_theirs[name], r)) for name, r in ref.items()
              if error(q_ours[name], r) > max(2 * error(q_theirs[name], r), 1e-4)}
@@ -110,7 +121,7 @@ def test_convert_keeps_the_parameters_and_an_optimizer_built_before(batch):
     params = list(model.parameters())
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, weight_decay=5e-4)   # as train()'s
     convs = [m for m in model.modules() if type(m) is nn.Conv2d]
-    tuner = autotune.Tuner()
+    tuner = exact_tuner()                                   # compared with float32 torch: no mask may flip
     assert at.convert(model, tuner=tuner) is model
     assert all(type(m) is at.Conv2d and m.tuner is tuner for m in convs)     # the same objects, converted
     assert all(a is b for a, b in zip(model.parameters(), params))
