@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-from convalgos.kernels.simd import (REGISTER_BYTES, add, evens, fma, lanes, load, mul_add, mul_sub, scale, splat, store,
-                                    store4, store8, store_head, sub, total, transpose8, zeros)
+from convalgos.kernels.simd import (REGISTER_BYTES, add, evens, fma, lanes, load, load_head, mul_add, mul_sub, scale,
+                                    splat, store, store4, store8, store_head, sub, total, transpose8, zeros)
 
 
 @njit
@@ -172,3 +172,19 @@ except ValueError as error:
     run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
     assert run.returncode == 0, run.stderr
     assert run.stdout.split("\n")[:2] == ["4", "transpose8 needs 8 lanes"]
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_load_head_reads_the_first_lanes_only_even_at_the_end_of_an_array(dtype):
+    """load_head(a, i, n): a[i:i + n] then zeros, reading nothing past a[i + n - 1] (here the array's end)."""
+    n = REGISTER_BYTES // np.dtype(dtype).itemsize
+
+    @njit
+    def head(x, i, k, out):
+        store(out, 0, load_head(x, i, k))
+
+    x = np.arange(1, n + 3, dtype=dtype)
+    for k in range(n + 1):
+        out = np.full(n, -1, dtype)
+        head(x[:2 + k], 2, k, out)                      # x[2:2 + k] ends the view: a full load would run past it
+        np.testing.assert_array_equal(out, np.concatenate([x[2:2 + k], np.zeros(n - k, dtype)]))

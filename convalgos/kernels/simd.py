@@ -16,6 +16,7 @@ The operations, all for a 1-D array ``a`` of float32 or float64 and an element i
     load(a, i)        a[i : i + lanes] as a Vec (unaligned)
     store(a, i, v)    a[i : i + lanes] = v
     store_head(a, i, v, n)  a[i : i + n] = v[:n] for 0 <= n <= lanes, nothing written past them (a masked store)
+    load_head(a, i, n)  a[i : i + n] in the first n lanes, zeros after, nothing read past them (a masked load)
     transpose8(v0, ..., v7) the 8 x lanes matrix whose rows are v0..v7, transposed by lanes of 8 (lanes >= 8; with
                       fewer it compiles, so that a branch for 8 lanes does, and raises ValueError if run):
                       returns u0..u7 with u_m[8h + r] = v_r[8h + m] (column m of each 8-lane half, its 8 rows):
@@ -124,16 +125,36 @@ def store(typingctx, a, i, v):
     return types.void(a, i, v), codegen
 
 
+def _head_mask(builder, width, n):
+    """The lanes < n of a ``width``-lane vector, as an i1 vector."""
+    i64 = ir.IntType(64)
+    count = builder.insert_element(ir.Constant(ir.VectorType(i64, width), ir.Undefined),
+                                   builder.sext(n, i64) if n.type.width < 64 else n, ir.Constant(ir.IntType(32), 0))
+    count = builder.shuffle_vector(count, count, ir.Constant(ir.VectorType(ir.IntType(32), width), [0] * width))
+    return builder.icmp_signed("<", ir.Constant(ir.VectorType(i64, width), list(range(width))), count)
+
+
+@intrinsic
+def load_head(typingctx, a, i, n):
+    vec = Vec(a.dtype)
+
+    def codegen(context, builder, sig, args):
+        vector_type, width = context.get_value_type(vec), vec.lanes
+        mask = _head_mask(builder, width, args[2])
+        pointer = _vector_pointer(context, builder, sig, args)
+        name = f"llvm.masked.load.v{width}f{a.dtype.bitwidth}.p0v{width}f{a.dtype.bitwidth}"
+        function = cgutils.get_or_insert_function(
+            builder.module, ir.FunctionType(vector_type, [pointer.type, ir.IntType(32), mask.type, vector_type]), name)
+        return builder.call(function, [pointer, ir.Constant(ir.IntType(32), a.dtype.bitwidth // 8), mask,
+                                       ir.Constant(vector_type, None)])
+    return vec(a, i, n), codegen
+
+
 @intrinsic
 def store_head(typingctx, a, i, v, n):
     def codegen(context, builder, sig, args):
-        vector_type = context.get_value_type(sig.args[2])
-        width, i64 = sig.args[2].lanes, ir.IntType(64)
-        count = builder.insert_element(ir.Constant(ir.VectorType(i64, width), ir.Undefined),
-                                       builder.sext(args[3], i64) if args[3].type.width < 64 else args[3],
-                                       ir.Constant(ir.IntType(32), 0))
-        count = builder.shuffle_vector(count, count, ir.Constant(ir.VectorType(ir.IntType(32), width), [0] * width))
-        mask = builder.icmp_signed("<", ir.Constant(ir.VectorType(i64, width), list(range(width))), count)
+        vector_type, width = context.get_value_type(sig.args[2]), sig.args[2].lanes
+        mask = _head_mask(builder, width, args[3])
         pointer = _vector_pointer(context, builder, sig, args)
         name = f"llvm.masked.store.v{width}f{a.dtype.bitwidth}.p0v{width}f{a.dtype.bitwidth}"
         function = cgutils.get_or_insert_function(

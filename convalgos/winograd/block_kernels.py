@@ -1,9 +1,8 @@
 """Winograd transforms held in registers: X D X^T for a 6-column X (F(4, 3)'s B^T, F(3, 4)'s B'^T) on one block
-of two vector registers' worth of arrays (``sandwich_block``; ``sandwich_block4`` for F(3, 4)'s 4-column G'), and
-``block_transform``, the input transform of ``kernels.tile_transform`` built on it (winograd_4x4's input
-transforms). The fused backward-filter (``fused_filter_kernels.py``) uses them on its blocks. A small
-plane makes ``tile_transform``'s tiles_w-long loops short; a block of tiles across tile rows keeps every step two
-vectors long.
+of two vector registers' worth of arrays (``sandwich_block``), and ``block_transform``, the input transform of
+``kernels.tile_transform`` built on it (winograd_4x4's input transforms). A small plane makes
+``tile_transform``'s tiles_w-long loops short; a block of tiles across tile rows keeps every step two vectors
+long. (The fused passes transform with the channels in the lanes instead: ``f43.py``.)
 """
 from __future__ import annotations
 
@@ -23,33 +22,6 @@ def _mix6(w, v0, v1, v2, v3, v4, v5):
     acc = fma(splat(w, 3), v3, acc)
     acc = fma(splat(w, 4), v4, acc)
     return fma(splat(w, 5), v5, acc)
-
-
-@njit(cache=True, inline="always")
-def _mix4(w, v0, v1, v2, v3):
-    """w[0] v0 + w[1] v1 + w[2] v2 + w[3] v3: one row w of a four-column matrix applied to four vectors."""
-    acc = fma(splat(w, 0), v0, zeros(w))
-    acc = fma(splat(w, 1), v1, acc)
-    acc = fma(splat(w, 2), v2, acc)
-    return fma(splat(w, 3), v3, acc)
-
-
-@njit(cache=True, inline="always")
-def sandwich_block4(X, D, T, out):
-    """``sandwich_block`` for a 4-column X (F(3, 4)'s G', 6 x 4, on 4 x 4 tiles of dy): out[i, j, :2L] = (X D[:, :,
-    t] X^T)[i, j]. D: (4, 4, 2L); T: (b, 4, 2L) scratch; out: (b, b, 2L). A near-copy of ``sandwich_block`` on
-    purpose: the vectors a row of X mixes are held in registers, so their number is written out."""
-    b, L = X.shape[0], lanes(T[0, 0])
-    for l in range(4):                                   # T = X D, column by column
-        for h in range(0, 2 * L, L):
-            v0, v1, v2, v3 = load(D[0, l], h), load(D[1, l], h), load(D[2, l], h), load(D[3, l], h)
-            for i in range(b):
-                store(T[i, l], h, _mix4(X[i], v0, v1, v2, v3))
-    for i in range(b):                                   # out = T X^T, row by row
-        for h in range(0, 2 * L, L):
-            v0, v1, v2, v3 = load(T[i, 0], h), load(T[i, 1], h), load(T[i, 2], h), load(T[i, 3], h)
-            for j in range(b):
-                store(out[i, j], h, _mix4(X[j], v0, v1, v2, v3))
 
 
 @njit(cache=True, inline="always")

@@ -13,7 +13,10 @@ from [1 1 1 1 1 0], [0 1 -1 1/2 -1/2 0], [0 1 1 1/4 1/4 0], [0 1 -1 1/8 -1/8 1]:
 S = m3 + m4, D = m3 - m4: y0 = m0 + s + S, y1 = d + D/2, y2 = s + S/4, y3 = d + D/8 + m5 (10 operations). The
 constants are exact in binary. G's rows [1 0 0], [1/6 1/6 1/6], [1/6 -1/6 1/6], [4/3 2/3 1/3], [4/3 -2/3 1/3],
 [0 0 1/4] on (g0, g1, g2), with t = g0 + g2 and u = (4 g0 + g2) / 3: g0, (t + g1)/6, (t - g1)/6, u + 2/3 g1,
-u - 2/3 g1, g2/4 (13 operations). The order of the sums differs from the matrix products', so the rounding does
+u - 2/3 g1, g2/4 (13 operations). Backward-filter's F(3x3, 4x4) (convalgos.winograd) has the same B^T, and for dy's
+4 x 4 tiles G' with rows [1 0 0 0], [1/6 1/6 1/6 1/6], [1/6 -1/6 1/6 -1/6], [4/3 2/3 1/3 1/6], [4/3 -2/3 1/3 -1/6],
+[0 0 0 1/4]: with e = d0 + d2, o = d1 + d3, E = (4 d0 + d2)/3, O = (4 d1 + d3)/6: d0, (e + o)/6, (e - o)/6, E + O,
+E - O, d3/4 (15 operations). The order of the sums differs from the matrix products', so the rounding does
 (tests/test_winograd_fused.py checks each row against cook_toom's matrices).
 
 A 6 x 6 tile is transformed in two passes of six rows each: X d X^T = X (X d^T)^T. The first pass transforms
@@ -26,8 +29,8 @@ from numba import njit
 from ..kernels.simd import add, lanes, load, mul_add, mul_sub, scale, store, sub
 
 #: FLOPs of one tile's transform per channel (a multiply-add counts 2): 12 rows of 22 in, 10 rows of 13 out;
-#: of one filter's, 9 rows of 13.
-INPUT_FLOPS, OUTPUT_FLOPS, FILTER_FLOPS = 12 * 22, 10 * 13, 9 * 13
+#: of one filter's, 9 rows of 13; of one tile of dy's (backward-filter's G'), 10 rows of 15.
+INPUT_FLOPS, OUTPUT_FLOPS, FILTER_FLOPS, GRADIENT_FLOPS = 12 * 22, 10 * 13, 9 * 13, 10 * 15
 
 
 @njit(cache=True, inline="always")
@@ -52,6 +55,14 @@ def filter_row(g0, g1, g2):
     t, u = add(g0, g2), scale(1.0 / 3.0, mul_add(4.0, g0, g2))
     return (g0, scale(1.0 / 6.0, add(t, g1)), scale(1.0 / 6.0, sub(t, g1)), mul_add(2.0 / 3.0, g1, u),
             mul_add(-2.0 / 3.0, g1, u), scale(0.25, g2))
+
+
+@njit(cache=True, inline="always")
+def gradient_row(d0, d1, d2, d3):
+    """Backward-filter's G' applied to four vectors: six, as in the module docstring."""
+    e, o = add(d0, d2), add(d1, d3)
+    E, O = scale(1.0 / 3.0, mul_add(4.0, d0, d2)), scale(1.0 / 6.0, mul_add(4.0, d1, d3))
+    return d0, scale(1.0 / 6.0, add(e, o)), scale(1.0 / 6.0, sub(e, o)), add(E, O), sub(E, O), scale(0.25, d3)
 
 
 @njit(cache=True, inline="always")
@@ -103,3 +114,19 @@ def filter_tile(src, pitch, T, U, u0, step):
         u = filter_row(load(T, j * L), load(T, (6 + j) * L), load(T, (12 + j) * L))
         for i in range(6):
             store(U, u0 + (6 * i + j) * step, u[i])
+
+
+@njit(cache=True, inline="always")
+def gradient_tile(src, at, row, col, T, D, d0, step):
+    """D[d0 + xi*step :][:L] = (G' d G'^T)[xi] (xi = 6 i + j) for the 4 x 4 tile of vectors d[k][l] = src[at + k*row
+    + l*col :][:L] (backward-filter's tiles of dy). T: scratch of 24 L elements."""
+    L = lanes(T)
+    for k in range(4):
+        q = at + k * row
+        e = gradient_row(load(src, q), load(src, q + col), load(src, q + 2 * col), load(src, q + 3 * col))
+        for j in range(6):                                # (d G'^T) row k: T[k, j]
+            store(T, (6 * k + j) * L, e[j])
+    for j in range(6):
+        r = gradient_row(load(T, j * L), load(T, (6 + j) * L), load(T, (12 + j) * L), load(T, (18 + j) * L))
+        for i in range(6):
+            store(D, d0 + (6 * i + j) * step, r[i])

@@ -51,24 +51,24 @@ of TB tiles, in the thread's scratch:
     S_thread[xi] += D[xi] @ X[xi]    (Kg x TB) @ (TB x Cg)  alpha^2 products summed over the block's tiles
     dw[k, c] = A'^T (sum over threads of S_thread)[:, k, c] A'      once, after every block
 
-The products are an outer-product register tile (``kernels.lane_tiles``, ``direct_channels``' tile): 8 output
-channels x two vectors of input channels (32 float32 with AVX-512; one vector when a group has at most L), per
-tile one or two vector loads of X and 8 broadcasts of D; so X is written with the channels in the lanes (the
-input transform runs with the tiles in the lanes, then scatters). Where the non-fused pass writes X and D for
-every tile (36 (C + K) P elements: 9.4 MB on ResNet-20 b32's C16 32x32 layers) and hands alpha^2 small GEMMs to
-BLAS (64 x 128 x 64 on its C64 8x8 layers: 80 GFLOP/s measured), here nothing but the sums leaves the cache.
-Each thread keeps its own S (alpha^2 Kg Cg per group, channels rounded up to the tile), added at the end: the
-cost that grows with K C (C = K = 512: 38 MB a thread; a layer of one block runs on one thread, one S).
-Measured (2-core AMD EPYC Zen 5, AVX-512, float32, 2 threads, 2026-12-04, medians of 20 interleaved calls), ms,
-this / winograd_4x4 / direct / torch: ResNet-20 b32 C64 8x8 0.54 / 0.78 / 0.58 / 0.49, C32 16x16 0.73 / 0.97 /
-0.49 / 0.46, C16 32x32 1.35 / 1.80 / 0.53 / 0.67; ResNet-18 b1 C64 56x56 0.83 / 0.99 / 0.78 / 0.69, C128 28x28
-0.88 / 0.98 / 0.75 / 0.72, C256 14x14 3.7 / 1.9 / 1.2 / 1.0. It beats the non-fused pass but not ``direct``,
-except on the C64 8x8 layer, by 7%. Why, per tile and channel of x or dy: the products cost 36 K / 32
-cycles at two 16-lane FMAs a cycle (72 at K = 64), the transforms ~100 (36 gathered loads and stores of the
-patch, the sandwich, 36 scattered stores to turn it; then dy's), so they cost more than the products they save
-until K and C reach the hundreds, where the tiles of a b1 net are few. Timed inside the kernel (C16 32x32):
-x's gather 0.56 ms, its sandwich 0.15, turning it 0.12, dy's transform 0.24, the products 0.16. ``direct``'s
-filter pass runs at ~75% of the FMA peak on these layers (151 MFLOP in 0.5 ms), so there is little to win.
+Both transforms run with the channels in the lanes, as the forward pass's do: x and dy are copied pixel-major
+once (x placed at the padding, dy with zeros past Ho, Wo), a tile's patch is whole vectors, B' is F(4x4, 3x3)'s
+B (``f43.input_tile``) and G' is written out too (``f43.gradient_tile``). The products are an outer-product
+register tile (``kernels.lane_tiles``, ``direct_channels``' tile): 8 output channels k (broadcasts of D) x two
+vectors of input channels c (X; one vector when a group has at most L) per tile, summed over the block's tiles.
+Where the non-fused pass writes X and D for every tile (36 (C + K) P elements: 9.4 MB on ResNet-20 b32's C16
+32x32 layers) and hands alpha^2 small GEMMs to BLAS (64 x 128 x 64 on its C64 8x8 layers: 80 GFLOP/s
+measured), here nothing but the sums leaves the cache. Each worker keeps its own S (alpha^2 Kg Cg per group,
+channels rounded up to the tile), added at the end: the cost that grows with K C (C = K = 512: 38 MB a worker;
+a layer of one block runs on one worker, one S).
+Measured (2-core AMD EPYC Zen 5, AVX-512, float32, 2 threads, 2026-12-05, ``bench.train_passes``, medians of 5
+interleaved rounds), ms, this / direct / torch: ResNet-20 b32 C64 8x8 0.37 / 0.55 / 0.41, C32 16x16 0.35 /
+0.44 / 0.41, C16 32x32 0.54 / 0.51 / 1.34; ResNet-18 b1 C64 56x56 0.44 / 0.69 / 0.59, C128 28x28 0.57 / 0.72 /
+0.59, C256 14x14 2.1 / 1.1 / 2.3 (one block: one worker), C512 7x7 13 / 2.9 / 6.5. The kernel it replaced (tiles
+in the lanes: each patch gathered a scalar at a time, dense transforms, then turned channel-minor) took 0.54,
+0.73 and 1.35 ms on ResNet-20's layers and lost to ``direct`` on all but the C64 8x8 one: per tile and channel
+its transforms cost ~100 cycles against the 36 K / 32 of products they save (on C16 32x32: the gather 0.56 ms,
+the sandwich 0.15, turning 0.12, dy's transform 0.24, the products 0.16).
 
 FLOPs (``flops``): alpha^2 products per tile and (k, c) pair, 36 against direct's 144 (4x fewer), over P
 rounded up to whole blocks and the output channels to V, plus the transforms (``f43``'s operation counts per
@@ -92,7 +92,7 @@ from ..kernels.simd import REGISTER_BYTES
 from ..params import ConvParams
 from ..registry import Algorithm
 from .cooktoom import cook_toom
-from .f43 import FILTER_FLOPS, INPUT_FLOPS, OUTPUT_FLOPS
+from .f43 import FILTER_FLOPS, GRADIENT_FLOPS, INPUT_FLOPS, OUTPUT_FLOPS
 from .fused_filter_kernels import add_thread_sums, fused_filter_sums
 from .fused_kernels import fused_correlate, to_channels_last, transform_filters
 from .kernels import block_tiles, filter_block_size, filter_transform, scratch_elements
@@ -248,42 +248,60 @@ class FusedWinograd(Algorithm):
         return min(get_num_threads(), p.groups * blocks)
 
     def _filter_scratch(self, p: ConvParams) -> dict:
-        """name -> shape of each worker's scratch for ``fused_filter_kernels.fused_filter_sums``: the 6 x 6
-        and 4 x 4 transforms' D, T, Y, the block's X and D, the tile's stage and the worker's sums S."""
-        a2, TB, V = self.alpha ** 2, self.block_tiles(p, "backward_filter"), tile_lanes(p.Cg, p.itemsize)[1]
+        """name -> shape of each worker's scratch for ``fused_filter_kernels.fused_filter_sums``: the block's X
+        and D (rows a vector longer than they need, as the forward pass's), the transforms' T, the tile's stage
+        and the worker's sums S."""
+        a2, TB, L = self.alpha ** 2, self.block_tiles(p, "backward_filter"), self._lanes(p)
+        V = tile_lanes(p.Cg, p.itemsize)[1]
         Kp, Cgp = self._filter_padded(p)
-        return {"D6": (6, 6, TB), "T6": (6, 6, TB), "Y6": (36, V, TB), "D4": (4, 4, TB), "T4": (6, 4, TB),
-                "Y4": (6, 6, TB), "X": (a2, Cgp // V, TB, V), "D": (a2, Kp, TB), "stage": (ROWS * V,),
-                "S_thread": (a2, p.groups, Kp, Cgp)}
+        return {"X": (a2, TB * Cgp + L), "D": (a2, TB * self._gradient_channels(p) + L), "T": (36 * L,),
+                "stage": (ROWS * V,), "S_thread": (a2, p.groups, Kp, Cgp)}
+
+    def _gradient_channels(self, p: ConvParams) -> int:
+        """Kgp: a group's output channels rounded up to a vector and to the tile's 8 rows (dy's pixel-major copy)."""
+        step = max(self._lanes(p), ROWS)
+        return -(-p.Kg // step) * step
+
+    def _filter_copies(self, p: ConvParams) -> dict:
+        """name -> shape of the pixel-major copies of x (placed at the padding) and dy (zeros past Ho, Wo)."""
+        tiles_h, tiles_w = self._tiles(p, "backward_filter")
+        Cgp = self._filter_padded(p)[1]
+        return {"xl": (p.N, 4 * tiles_h + 2, 4 * tiles_w + 2, p.groups, Cgp),
+                "dyl": (p.N, 4 * tiles_h, 4 * tiles_w, p.groups, self._gradient_channels(p))}
 
     def _filter_workspace_bytes(self, p: ConvParams) -> int:
         a2, TB, n_threads = self.alpha ** 2, self.block_tiles(p, "backward_filter"), get_num_threads()
-        workers = self._filter_workers(p)
         per_worker = sum(int(np.prod(shape)) for shape in self._filter_scratch(p).values())
-        elements = workers * per_worker + n_threads * self._filter_scratch_elements(p, n_threads) + a2 * p.K * p.Cg
-        return elements * p.itemsize + (1 + workers * 10) * TB * 8
+        copies = sum(int(np.prod(shape)) for shape in self._filter_copies(p).values())
+        elements = (self._filter_workers(p) * per_worker + copies + a2 * p.K * p.Cg
+                    + n_threads * self._filter_scratch_elements(p, n_threads))
+        return elements * p.itemsize + TB * 8
 
     def _filter_flops(self, p: ConvParams) -> int:
-        """alpha^2 products per tile and (k, c) pair over whole blocks, Cg rounded up to V, plus the transforms:
-        B'^T per tile and input channel, G' per tile and output channel, A'^T per (k, c). Not counted: adding the
-        threads' sums, (threads - 1) alpha^2 K Cg, which depends on the machine, not the layer."""
-        P, (_, Cgp) = self.computed_tiles(p, "backward_filter"), self._filter_padded(p)
-        AT, G, BT = self.filter_matrices.AT, self.filter_matrices.G, self.filter_matrices.BT
-        return (2 * self.alpha ** 2 * p.K * Cgp * P + sandwich_flops(BT) * p.C * P + sandwich_flops(G) * p.K * P
-                + sandwich_flops(AT) * p.K * p.Cg)
+        """alpha^2 products per tile and (k, c) pair, the channels rounded up to the tile (8 rows x V lanes),
+        plus the transforms: B'^T per tile and input channel, G' per tile and output channel (both rounded up
+        to a vector), A'^T per (k, c). Not counted: adding the workers' sums, (workers - 1) alpha^2 K Cg, which
+        depends on the machine, not the layer."""
+        tiles_h, tiles_w = self._tiles(p, "backward_filter")
+        P, (Kp, Cgp) = p.N * tiles_h * tiles_w, self._filter_padded(p)
+        return p.groups * P * (2 * self.alpha ** 2 * Kp * Cgp + INPUT_FLOPS * Cgp
+                               + GRADIENT_FLOPS * self._gradient_channels(p)) + sandwich_flops(
+            self.filter_matrices.AT) * p.K * p.Cg
 
     def backward_filter(self, x, dy, p: ConvParams, out) -> None:
-        AT, G, BT = self._filter_float[x.dtype]
+        AT = self._filter_float[x.dtype][0]
         a, a2, TB, n_threads = self.alpha, self.alpha ** 2, self.block_tiles(p, "backward_filter"), get_num_threads()
         workers, wide = self._filter_workers(p), tile_lanes(p.Cg, p.itemsize)[0]
         tiles_h, tiles_w = self._tiles(p, "backward_filter")
         (top, _), (left, _) = p.padding
         get = self.workspace.get
+        xl, dyl = (get(name, shape, x.dtype) for name, shape in self._filter_copies(p).items())
+        to_channels_last(np.ascontiguousarray(x), top, left, xl)
+        to_channels_last(np.ascontiguousarray(dy), 0, 0, dyl)
         taps = get("filter_taps", (TB,), np.int64)
-        taps[:] = np.arange(TB)
+        taps[:] = np.arange(TB) * self._gradient_channels(p)
         scratch = [get(name, (workers,) + shape, x.dtype) for name, shape in self._filter_scratch(p).items()]
-        where = get("filter_where", (workers, 2, 5, TB), np.int64)
-        fused_filter_sums(x, dy, top, left, BT, G, tiles_h, tiles_w, wide, taps, *scratch[:-1], where, scratch[-1])
+        fused_filter_sums(xl, dyl, tiles_h, tiles_w, TB, wide, taps, *scratch)
         S = get("S", (a2, p.groups, p.Kg, p.Cg), x.dtype)
         add_thread_sums(scratch[-1], S)
         filter_scratch = get("filter_scratch", (n_threads, self._filter_scratch_elements(p, n_threads)), x.dtype)

@@ -1,120 +1,68 @@
 """The Numba kernels of "winograd_fused_4x4"'s backward-filter (``fused.py``, where the maths is): per block of TB
-tiles, both transforms and the alpha^2 products in the thread's own scratch, summed into the thread's S; then the
-threads' sums added (``add_thread_sums``)."""
+tiles, both transforms (channels in the lanes, from pixel-major copies of x and dy) and the alpha^2 products in the
+worker's own scratch, summed into the worker's S; then the workers' sums added (``add_thread_sums``)."""
 from __future__ import annotations
 
 from numba import njit, prange
 
 from ..kernels.lane_tiles import ROWS, narrow_tile, wide_tile
 from ..kernels.loops import share
-from .block_kernels import sandwich_block, sandwich_block4
-
-
-@njit(cache=True, inline="always")
-def _gather(flat, plane, where, count, H, W, into):
-    """into[k, l, t] = element (where[1, t] + k, where[2, t] + l) of the H x W plane at flat[where[0, t] + plane],
-    zero outside the plane, for the block's tiles t < count: one pass over the block per (k, l), reading at
-    offsets kept in where[4] (inside patches: no checks, a loop the compiler turns into vector gathers)."""
-    offsets, inside = where[4], True
-    for t in range(count):
-        offsets[t] = where[0, t] + plane + where[1, t] * W + where[2, t]
-        inside = inside and where[3, t] == 1
-    for k in range(into.shape[0]):
-        for l in range(into.shape[1]):
-            d, at = into[k, l], k * W + l
-            if inside:
-                for t in range(count):
-                    d[t] = flat[offsets[t] + at]
-            else:
-                for t in range(count):
-                    y, xx = where[1, t] + k, where[2, t] + l
-                    d[t] = flat[offsets[t] + at] if 0 <= y < H and 0 <= xx < W else 0.0
-
-
-@njit(cache=True)
-def _block_tiles(p0, count, per_image, tiles_w, top, left, C, H, W, a, where):
-    """For tile p0 + t of a block (t < count): where[0, t] = the flat offset of image n's first plane, where[1,
-    t] and [2, t] the patch's first row and column (a x a at (4 ty - top, 4 tx - left)), where[3, t] 1 when the
-    patch lies inside the H x W plane."""
-    for t in range(count):
-        tile = p0 + t
-        n, ty, tx = tile // per_image, (tile % per_image) // tiles_w, tile % tiles_w
-        y0, x0 = 4 * ty - top, 4 * tx - left
-        where[0, t], where[1, t], where[2, t] = n * C * H * W, y0, x0
-        where[3, t] = 1 if (y0 >= 0 and x0 >= 0 and y0 + a <= H and x0 + a <= W) else 0
+from ..kernels.simd import lanes
+from .f43 import gradient_tile, input_tile
 
 
 @njit(parallel=True, cache=True)
-def fused_filter_sums(x, dy, top, left, BT, G, tiles_h, tiles_w, wide, taps, D6, T6, Y6, D4, T4, Y4, XC, DC,
-                      stage, where, S):
-    """S[thread, xi, g, k, c] = sum over the thread's tiles t of DC[xi, k, t] * XC[xi, t, c] (``fused_filter``):
+def fused_filter_sums(xl, dyl, tiles_h, tiles_w, TB, wide, taps, XC, DC, T, stage, S):
+    """S[worker, xi, g, k, c] = sum over the worker's tiles t of DC[xi, t, k] * XC[xi, t, c] (``fused_filter``):
 
-        XC[xi][t, c] = (B'^T x[c, tile t] B')[xi]    the 6 x 6 patch of x (zero outside it) at (4 ty - top, 4 tx - left)
-        DC[xi][k, t] = (G' dy[k, tile t] G'^T)[xi]   the 4 x 4 tile of dy (zero beyond Ho, Wo) at (4 ty, 4 tx)
+        XC[xi][t, c] = (B'^T x[tile t, c] B')[xi]    the 6 x 6 patch of xl at (4 ty, 4 tx) (``f43.input_tile``)
+        DC[xi][t, k] = (G' dy[tile t, k] G'^T)[xi]   the 4 x 4 tile of dyl at (4 ty, 4 tx) (``f43.gradient_tile``)
 
-    for the groups g and the thread's share of the blocks of TB tiles (tiles numbered n-major over the tiles_h x
-    tiles_w grid). Lanes: tile t of a transform is lane t (``sandwich_block``, ``sandwich_block4``; x's, for V
-    channels at a time, is then turned channel-minor: one scatter per channel into XC, whose 36 x TB rows do not fit
-    L1, cost 5x more); the products put the input channels in the lanes instead, 8 output channels x V channels (V =
-    2L ``wide``, else L) per register tile (``lane_tiles``), summed over the block's tiles, then added to S. Scratch
-    per thread: D6, T6 (6, 6, TB), Y6 (36, V, TB), D4 (4, 4, TB), T4 (6, 4, TB), Y4 (6, 6, TB), XC (36, Cgp / V, TB,
-    V), DC (36, Kp, TB), stage (8 V), where (2, 5, TB) int64 (``_block_tiles``, ``_gather``); S (threads, 36,
-    groups, Kp, Cgp), Kp and Cgp the group's channels rounded up to 8 and V. taps: 0 .. TB - 1 (int64)."""
-    N, C, H, W = x.shape
-    K, Ho, Wo = dy.shape[1], dy.shape[2], dy.shape[3]
-    n_threads, a2, groups, Kp, Cgp = S.shape
-    Kg, Cg = K // groups, C // groups
-    TB, V = D6.shape[3], XC.shape[4]
-    xflat, dyflat = x.reshape(-1), dy.reshape(-1)
-    per_image = tiles_h * tiles_w
+    for the groups g and the worker's share of the blocks of TB tiles (numbered n-major over the tiles_h x tiles_w
+    grid). xl: (N, 4 tiles_h + 2, 4 tiles_w + 2, groups, Cgp), x placed at the padding (``to_channels_last``);
+    dyl: (N, 4 tiles_h, 4 tiles_w, groups, Kgp), dy with zeros past Ho, Wo. The channels are the lanes of both
+    transforms, so each reads its tile as whole vectors; the products are ``lane_tiles``' register tiles with the
+    rows as 8 output channels k, the lanes as V input channels c (V = 2L ``wide``, else L) and the taps as the
+    block's tiles, summed over them, then added to S. Per worker: XC (36, >= chunks TB V) with chunk j of V
+    channels at XC[xi, j TB V + t V], DC (36, >= TB Kgp), T (36 L), stage (8 V); S (workers, 36, groups, Kp, Cgp),
+    Kp the group's output channels rounded up to 8 (<= Kgp). taps: t Kgp for t < TB (int64)."""
+    N, Hp, Wp, groups, Cgp = xl.shape
+    Hd, Wd, Kgp = dyl.shape[1], dyl.shape[2], dyl.shape[4]
+    n_workers, Kp = S.shape[0], S.shape[3]
+    xstep, dstep = XC.shape[2], DC.shape[2]
+    L = lanes(T[0])
+    V = 2 * L if wide else L
+    per_image, xpixel, dpixel = tiles_h * tiles_w, groups * Cgp, groups * Kgp
     P = N * per_image
     n_blocks = (P + TB - 1) // TB
-    for thread in prange(n_threads):
-        sums, xc, dc, st = S[thread], XC[thread], DC[thread], stage[thread]
+    xsource, dsource = xl.reshape(-1), dyl.reshape(-1)
+    for worker in prange(n_workers):
+        sums, xc, dc, tt, st = S[worker], XC[worker].reshape(-1), DC[worker].reshape(-1), T[worker], stage[worker]
         sums[:] = 0.0
-        xc[:] = 0.0                                    # lanes past Cg stay zero
-        dc[:] = 0.0                                    # rows past Kg: read by a last tile, never summed
-        D6[thread][:] = 0.0                            # lanes past a last block's tiles: computed, never kept
-        D4[thread][:] = 0.0
-        flat = dc.reshape(-1)
-        start, stop = share(groups * n_blocks, thread, n_threads)
+        start, stop = share(groups * n_blocks, worker, n_workers)
         for item in range(start, stop):
             g, p0 = item // n_blocks, item % n_blocks * TB
             count = min(TB, P - p0)
-            x_tiles, dy_tiles = where[thread, 0], where[thread, 1]
-            _block_tiles(p0, count, per_image, tiles_w, top, left, C, H, W, 6, x_tiles)
-            _block_tiles(p0, count, per_image, tiles_w, 0, 0, K, Ho, Wo, 4, dy_tiles)
-            for block in range(Cgp // V):              # x's transform, V channels at a time, then turned
-                valid = min(V, Cg - block * V)         # so that the channels are the lanes
-                for cc in range(valid):
-                    plane = (g * Cg + block * V + cc) * H * W
-                    _gather(xflat, plane, x_tiles, count, H, W, D6[thread])
-                    sandwich_block(BT, D6[thread], T6[thread], Y6[thread], cc)
-                for xi in range(a2):
-                    into, value = xc[xi, block], Y6[thread, xi]
-                    for t in range(count):
-                        for cc in range(valid):
-                            into[t, cc] = value[cc, t]
-            for k in range(Kg):                        # dy's transform, kept tile-major
-                plane = (g * Kg + k) * Ho * Wo
-                _gather(dyflat, plane, dy_tiles, count, Ho, Wo, D4[thread])
-                sandwich_block4(G, D4[thread], T4[thread], Y4[thread])
-                for xi in range(a2):
-                    into, value = dc[xi, k], Y4[thread, xi // 6, xi % 6]
-                    for t in range(count):
-                        into[t] = value[t]
+            for t in range(count):                                # both transforms, tile by tile
+                tile = p0 + t
+                n, ty, tx = tile // per_image, (tile // tiles_w) % tiles_h, tile % tiles_w
+                at = ((n * Hp + 4 * ty) * Wp + 4 * tx) * xpixel + g * Cgp
+                for c0 in range(0, Cgp, L):
+                    input_tile(xsource, at + c0, Wp * xpixel, xpixel, tt, xc, (c0 // V * TB + t) * V + c0 % V, xstep)
+                at = ((n * Hd + 4 * ty) * Wd + 4 * tx) * dpixel + g * Kgp
+                for k0 in range(0, Kgp, L):
+                    gradient_tile(dsource, at + k0, Wd * dpixel, dpixel, tt, dc, t * Kgp + k0, dstep)
             used = taps[:count]
-            for xi in range(a2):                       # the products: S[xi] += DC[xi] @ XC[xi]
-                for block in range(Cgp // V):
-                    wb = xc[xi, block].reshape(-1)
-                    for k0 in range(0, Kg, ROWS):
-                        rows = (xi * Kp + k0) * TB               # DC[xi, k0:k0 + 8] in the flat DC
+            for xi in range(36):                                  # the products: S[xi] += DC[xi]^T @ XC[xi]
+                for j in range(Cgp // V):
+                    wb = xc[xi * xstep + j * TB * V:]
+                    for k0 in range(0, Kp, ROWS):
                         if wide:
-                            wide_tile(flat, wb, used, rows, TB, st, 0)
+                            wide_tile(dc, wb, used, xi * dstep + k0, 1, st, 0)
                         else:
-                            narrow_tile(flat, wb, used, rows, TB, st, 0)
-                        for r in range(min(ROWS, Kg - k0)):
-                            row = sums[xi, g, k0 + r, block * V:(block + 1) * V]
+                            narrow_tile(dc, wb, used, xi * dstep + k0, 1, st, 0)
+                        for r in range(ROWS):
+                            row = sums[xi, g, k0 + r, j * V:(j + 1) * V]
                             for v in range(V):
                                 row[v] += st[r * V + v]
 

@@ -30,7 +30,7 @@ from ..kernels.simd import REGISTER_BYTES
 
 
 def block_tiles(dtype) -> int:
-    """TB: the tiles ``block_transform`` (and the fused pass) take at a time, two vector registers' lanes."""
+    """TB: the tiles ``block_transform`` (and the fused passes' blocks) take at a time, two vector registers' lanes."""
     return 2 * REGISTER_BYTES // np.dtype(dtype).itemsize
 
 
