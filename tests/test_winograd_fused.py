@@ -17,7 +17,7 @@ from convalgos.kernels.simd import REGISTER_BYTES
 from convalgos.kernels.simd import load, store
 from convalgos.winograd.cooktoom import cook_toom
 from convalgos.winograd.f43 import OUTPUT_FLOPS, filter_row, input_row, output_row
-from convalgos.winograd.fused_kernels import to_channels_last
+from convalgos.winograd.fused_kernels import pixel_row
 from layers import layers
 
 FUSED = ALGORITHMS["winograd_fused_4x4"]
@@ -152,6 +152,16 @@ def test_the_written_out_transforms_are_cook_toom_s_matrices(dtype):
     np.testing.assert_allclose(out[2], G @ d[:3], rtol=tol, atol=tol)
 
 
+@njit
+def _pixel_rows(x, top, left, xl):
+    """Every row of xl (N, Hp, Wp, groups, Cgp) by ``pixel_row``, as the fused passes make them a tile row at a time."""
+    groups, Cg = xl.shape[3], x.shape[1] // xl.shape[3]
+    for n in range(xl.shape[0]):
+        for i in range(xl.shape[1]):
+            for g in range(groups):
+                pixel_row(x, n, g * Cg, Cg, i - top, left, xl[n, i, :, g])
+
+
 @pytest.mark.parametrize("top, left", [(1, 1), (2, 0), (-1, 3)])
 @pytest.mark.parametrize("shape, groups, Cgp", [((2, 16, 5, 37), 1, 16), ((1, 12, 4, 9), 2, 16),
                                                 ((1, 9, 3, 20), 1, 16)])
@@ -162,7 +172,7 @@ def test_the_pixel_major_copy_places_pads_and_crops(shape, groups, Cgp, top, lef
     N, C, H, W = shape
     Cg = C // groups
     xl = np.full((N, H + 3, W + 2, groups, Cgp), np.nan, np.float32)
-    to_channels_last(x, top, left, xl)
+    _pixel_rows(x, top, left, xl)
     want = np.zeros_like(xl)
     for i in range(xl.shape[1]):
         for j in range(xl.shape[2]):

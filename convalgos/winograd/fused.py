@@ -12,11 +12,11 @@ with AVX2; fewer on a layer with fewer tiles), and for each block, in one thread
     M[xi][t, k] = sum_c V[xi][t, c] U[xi][c, k]        alpha^2 products (TB x Cg) @ (Cg x Kg)
     y[k, tile t] = A^T M[:, t, k] A                     every output channel, cropped to the output
 
-The channels are the vector lanes, as in oneDNN's blocked layouts (``fused_kernels.py``). The input is laid
-out pixel-major once (N, H, W, C, zero-padded: ``to_channels_last``, 8 channels x L pixels turned in registers
-at a time), so a tile's 6 x 6 patch is 36 vector loads of L channels, with no gather; the transforms are
-F(4x4, 3x3)'s matrices written out and factored (``f43.py``: 14 and 10 operations a row where the dense rows
-took 36 and 24 multiply-adds, each with a broadcast of the matrix's entry); the products are
+The channels are the vector lanes, as in oneDNN's blocked layouts (``fused_kernels.py``). The six input rows
+of a tile row are laid out pixel-major in the thread's scratch (zero-padded; ``pixel_row``, 8 channels x L
+pixels turned in registers at a time), so a tile's 6 x 6 patch is 36 vector loads of L channels, no gather;
+the transforms are F(4x4, 3x3)'s matrices written out and factored (``f43.py``: 14 and 10 operations a row
+where the dense rows took 36 and 24 multiply-adds, each with a broadcast of the matrix's entry); the products are
 ``direct_channels``' register tile (``kernels.lane_tiles``: 8 tiles x 2L output channels, per input channel
 two vector loads of U and eight broadcasts of V for sixteen multiply-adds); and each transformed output tile
 (16 vectors: pixels x L channels) is turned two rows at a time in registers into 4-pixel stores of each
@@ -24,12 +24,17 @@ channel. U is packed to match once per call, or once with ``prepare`` (``transfo
 per chunk of V output channels; backward-data's from the filters turned by 180 degrees, K and C swapped,
 so it is the same pass).
 
-Where the time went (ResNet-20 b32, 2 threads, C16 32x32 / C64 8x8, ms): the pixel-major copy 0.11 / 0.06,
+Where the time went (ResNet-20 b32, 2 threads, C16 32x32 / C64 8x8, ms; with the whole input copied pixel-major
+first, as the first version of this kernel did): the pixel-major copy 0.11 / 0.06,
 the input transform 0.06 / 0.02, the products 0.13 / 0.05, the output transform and stores 0.18 / 0.05. The
 kernel it replaced (tiles in the lanes: each 6 x 6 patch gathered a scalar at a time, dense transforms, a
 scalar scatter) spent 0.17 / 0.05 on the gather, 0.16 / 0.07 on the input transform and 0.19 / 0.05 on the
 output, and took 0.74 / 0.32 ms in all, against 0.50 / 0.21 now. Rows of V and M are padded by a vector: at
-2 KB apart a tile's 36 vectors shared two of L1's sets (C32 16x16: 0.27 ms -> 0.16 ms for the kernel).
+2 KB apart a tile's 36 vectors shared two of L1's sets (C32 16x16: 0.27 ms -> 0.16 ms for the kernel). That
+whole copy was written to memory and read back: with the caches flushed before each call, as inside a training
+step, it cost the pass 0.14-0.26 ms more than warm (``direct``: 0.05); made per tile row in cache instead (1.5x
+the copying, the rows of neighbouring tile rows overlap), ms cold before / after / direct: C32 16x16 0.61 /
+0.48 / 0.51, C64 8x8 0.45 / 0.31 / 0.64, C16 32x32 0.79 / 0.67 / 0.49.
 
 The trade-off, which the tuner weighs per layer: every block reads all of U (alpha^2 K Cg elements) once,
 where the non-fused GEMMs read it once per call. With C = K = 512, U is 37 MB, read again for every 32 tiles:
@@ -51,8 +56,8 @@ of TB tiles, in the thread's scratch:
     S_thread[xi] += D[xi] @ X[xi]    (Kg x TB) @ (TB x Cg)  alpha^2 products summed over the block's tiles
     dw[k, c] = A'^T (sum over threads of S_thread)[:, k, c] A'      once, after every block
 
-Both transforms run with the channels in the lanes, as the forward pass's do: x and dy are copied pixel-major
-once (x placed at the padding, dy with zeros past Ho, Wo), a tile's patch is whole vectors, B' is F(4x4, 3x3)'s
+Both transforms run with the channels in the lanes, as the forward pass's do: a tile row's rows of x and dy
+are copied pixel-major (x placed at the padding, dy with zeros past Ho, Wo), a tile's patch is whole vectors, B' is F(4x4, 3x3)'s
 B (``f43.input_tile``) and G' is written out too (``f43.gradient_tile``). The products are an outer-product
 register tile (``kernels.lane_tiles``, ``direct_channels``' tile): 8 output channels k (broadcasts of D) x two
 vectors of input channels c (X; one vector when a group has at most L) per tile, summed over the block's tiles.
@@ -94,7 +99,7 @@ from ..registry import Algorithm
 from .cooktoom import cook_toom
 from .f43 import FILTER_FLOPS, GRADIENT_FLOPS, INPUT_FLOPS, OUTPUT_FLOPS
 from .fused_filter_kernels import add_thread_sums, fused_filter_sums
-from .fused_kernels import fused_correlate, to_channels_last, transform_filters
+from .fused_kernels import fused_correlate, transform_filters
 from .kernels import block_tiles, filter_block_size, filter_transform, scratch_elements
 from .shared import TOLERANCES, f3x3_constraints, sandwich_flops, tile_grid
 
@@ -147,13 +152,11 @@ class FusedWinograd(Algorithm):
     def workspace_bytes(self, p: ConvParams, op: str = "forward") -> int:
         if op == "backward_filter":
             return self._filter_workspace_bytes(p)
-        tiles_h, tiles_w = self._tiles(p, op)
         _, _, in_g, out_g = self._channels(p, op)
         L, V, n_threads = self._lanes(p), tile_lanes(out_g, p.itemsize)[1], get_num_threads()
-        xl = p.N * (tiles_h * self.m + 2) * (tiles_w * self.m + 2) * p.groups * -(-in_g // L) * L
         filters = self.prepare_bytes(p, op) // p.itemsize + n_threads * (9 * V + 18 * L)   # Upk, its stage and T
         per_thread = sum(int(np.prod(shape)) for shape in self._scratch(p, op).values())
-        return (xl + filters + n_threads * per_thread) * p.itemsize + in_g * 8
+        return (filters + n_threads * per_thread) * p.itemsize + in_g * 8
 
     def _filter_scratch_elements(self, p: ConvParams, n_threads: int) -> int:
         return scratch_elements(3, self.alpha, filter_block_size(p.K * p.Cg, self.filter_block, n_threads))
@@ -212,8 +215,9 @@ class FusedWinograd(Algorithm):
         L = self._lanes(p)
         wide, V = tile_lanes(out_g, p.itemsize)
         TB, Cgp = self.block_tiles(p, op), -(-in_g // L) * L
-        return {"V": (self.alpha ** 2, TB * Cgp + L), "M": (self.alpha ** 2, -(-out_g // V) * TB * V + L),
-                "T": (36 * L,), "Y": (16 * L,)}
+        tiles_w = self._tiles(p, op)[1]
+        return {"band": (6, tiles_w * self.m + 2, Cgp), "V": (self.alpha ** 2, TB * Cgp + L),
+                "M": (self.alpha ** 2, -(-out_g // V) * TB * V + L), "T": (36 * L,), "Y": (16 * L,)}
 
     @staticmethod
     def _lanes(p: ConvParams) -> int:
@@ -225,15 +229,12 @@ class FusedWinograd(Algorithm):
         tiles_h, tiles_w = self._tiles(p, op)
         _, _, in_g, out_g = self._channels(p, op)
         L, n_threads = self._lanes(p), get_num_threads()
-        xl = self.workspace.get("xl", (p.N, tiles_h * self.m + 2, tiles_w * self.m + 2, p.groups, -(-in_g // L) * L),
-                                src.dtype)
-        to_channels_last(np.ascontiguousarray(src), top, left, xl)
         taps = self.workspace.get("taps", (in_g,), np.int64)
         taps[:] = np.arange(in_g)
         scratch = [self.workspace.get(name, (n_threads,) + shape, src.dtype)
                    for name, shape in self._scratch(p, op).items()]
-        fused_correlate(xl, Upk, tiles_h, tiles_w, self.block_tiles(p, op), tile_lanes(out_g, p.itemsize)[0], taps,
-                        *scratch, out)
+        fused_correlate(np.ascontiguousarray(src), top, left, Upk, tiles_h, tiles_w, self.block_tiles(p, op),
+                        tile_lanes(out_g, p.itemsize)[0], taps, *scratch, out)
 
     # ---- backward-filter (module docstring) -----------------------------------------------------------------
     def _filter_padded(self, p: ConvParams) -> tuple[int, int]:
@@ -248,32 +249,25 @@ class FusedWinograd(Algorithm):
         return min(get_num_threads(), p.groups * blocks)
 
     def _filter_scratch(self, p: ConvParams) -> dict:
-        """name -> shape of each worker's scratch for ``fused_filter_kernels.fused_filter_sums``: the block's X
-        and D (rows a vector longer than they need, as the forward pass's), the transforms' T, the tile's stage
-        and the worker's sums S."""
+        """name -> shape of each worker's scratch for ``fused_filter_kernels.fused_filter_sums``: a tile row's
+        rows of x and dy, pixel-major, the block's X and D (rows a vector longer than they need, as the forward
+        pass's), the transforms' T, the tile's stage and the worker's sums S."""
         a2, TB, L = self.alpha ** 2, self.block_tiles(p, "backward_filter"), self._lanes(p)
         V = tile_lanes(p.Cg, p.itemsize)[1]
         Kp, Cgp = self._filter_padded(p)
-        return {"X": (a2, TB * Cgp + L), "D": (a2, TB * self._gradient_channels(p) + L), "T": (36 * L,),
-                "stage": (ROWS * V,), "S_thread": (a2, p.groups, Kp, Cgp)}
+        tiles_w, Kgp = self._tiles(p, "backward_filter")[1], self._gradient_channels(p)
+        return {"x_band": (6, 4 * tiles_w + 2, Cgp), "dy_band": (4, 4 * tiles_w, Kgp), "X": (a2, TB * Cgp + L),
+                "D": (a2, TB * Kgp + L), "T": (36 * L,), "stage": (ROWS * V,), "S_thread": (a2, p.groups, Kp, Cgp)}
 
     def _gradient_channels(self, p: ConvParams) -> int:
         """Kgp: a group's output channels rounded up to a vector and to the tile's 8 rows (dy's pixel-major copy)."""
         step = max(self._lanes(p), ROWS)
         return -(-p.Kg // step) * step
 
-    def _filter_copies(self, p: ConvParams) -> dict:
-        """name -> shape of the pixel-major copies of x (placed at the padding) and dy (zeros past Ho, Wo)."""
-        tiles_h, tiles_w = self._tiles(p, "backward_filter")
-        Cgp = self._filter_padded(p)[1]
-        return {"xl": (p.N, 4 * tiles_h + 2, 4 * tiles_w + 2, p.groups, Cgp),
-                "dyl": (p.N, 4 * tiles_h, 4 * tiles_w, p.groups, self._gradient_channels(p))}
-
     def _filter_workspace_bytes(self, p: ConvParams) -> int:
         a2, TB, n_threads = self.alpha ** 2, self.block_tiles(p, "backward_filter"), get_num_threads()
         per_worker = sum(int(np.prod(shape)) for shape in self._filter_scratch(p).values())
-        copies = sum(int(np.prod(shape)) for shape in self._filter_copies(p).values())
-        elements = (self._filter_workers(p) * per_worker + copies + a2 * p.K * p.Cg
+        elements = (self._filter_workers(p) * per_worker + a2 * p.K * p.Cg
                     + n_threads * self._filter_scratch_elements(p, n_threads))
         return elements * p.itemsize + TB * 8
 
@@ -295,13 +289,11 @@ class FusedWinograd(Algorithm):
         tiles_h, tiles_w = self._tiles(p, "backward_filter")
         (top, _), (left, _) = p.padding
         get = self.workspace.get
-        xl, dyl = (get(name, shape, x.dtype) for name, shape in self._filter_copies(p).items())
-        to_channels_last(np.ascontiguousarray(x), top, left, xl)
-        to_channels_last(np.ascontiguousarray(dy), 0, 0, dyl)
         taps = get("filter_taps", (TB,), np.int64)
         taps[:] = np.arange(TB) * self._gradient_channels(p)
         scratch = [get(name, (workers,) + shape, x.dtype) for name, shape in self._filter_scratch(p).items()]
-        fused_filter_sums(xl, dyl, tiles_h, tiles_w, TB, wide, taps, *scratch)
+        fused_filter_sums(np.ascontiguousarray(x), np.ascontiguousarray(dy), top, left, tiles_h, tiles_w, TB, wide,
+                          taps, *scratch)
         S = get("S", (a2, p.groups, p.Kg, p.Cg), x.dtype)
         add_thread_sums(scratch[-1], S)
         filter_scratch = get("filter_scratch", (n_threads, self._filter_scratch_elements(p, n_threads)), x.dtype)

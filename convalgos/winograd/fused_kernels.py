@@ -1,9 +1,9 @@
 """The Numba kernels of "winograd_fused_4x4"'s forward and backward-data passes (``fused.py``, where the maths
-is): channels in the lanes. ``to_channels_last`` lays the input out pixel-major with zeros around it;
-``fused_correlate`` then takes one block of TB tiles at a time, and in the thread's own scratch transforms its
-input (``f43.input_tile``: 36 vector loads per tile and L channels, no gather), multiplies (``lane_tiles``: 8
-tiles x V output channels per register tile) and transforms its output (``f43.output_tile``), which it stores
-into the NCHW output channel by channel."""
+is): channels in the lanes. ``fused_correlate`` takes one block of TB tiles at a time, and in the thread's own
+scratch lays out each tile row's input rows pixel-major with zeros around them (``pixel_row``), transforms each
+tile's input (``f43.input_tile``: 36 vector loads per tile and L channels, no gather), multiplies
+(``lane_tiles``: 8 tiles x V output channels per register tile) and transforms its output (``f43.output_tile``),
+which it turns into the NCHW output; ``transform_filters`` makes the packed filter transforms it multiplies."""
 from __future__ import annotations
 
 from numba import njit, prange
@@ -14,52 +14,45 @@ from ..kernels.simd import lanes, load, load_head, store4, store8, transpose8
 from .f43 import filter_tile, input_tile, output_tile
 
 
-@njit(parallel=True, cache=True)
-def to_channels_last(x, top, left, xl):
-    """xl[n, i, j, g, c] = x[n, g Cg + c, i - top, j - left] where that lies inside x and c < Cg, else 0.
-
-    x: (N, C, H, W) contiguous; xl: (N, Hp, Wp, groups, Cgp), Cgp >= Cg = C / groups; a negative offset crops.
-    One item is one row of xl. Where a row of x is read whole, 8 channels x L pixels (or 8 at a row's end) at a
-    time are turned in registers (``simd.transpose8``) and stored 8 channels a pixel (L >= 8); the rest is
-    copied one by one (a scalar copy of a C64 8 px layer took 2x as long)."""
+@njit(cache=True, inline="always")
+def pixel_row(x, n, c0, Cg, y, left, row):
+    """row[j, c] = x[n, c0 + c, y, j - left] where that lies inside x and c < Cg, else 0: one row of Cg channels
+    laid out pixel-major. x: (N, C, H, W) contiguous; row: (Wp, Cgp), Cgp >= Cg, its rows contiguous; a negative
+    offset crops. Where the row of x is read whole, 8 channels x L pixels (or 8 at the row's end) at a time are
+    turned in registers (``simd.transpose8``) and stored 8 channels a pixel (L >= 8); the rest is copied one by
+    one (a scalar copy of a C64 8 px layer took 2x as long)."""
     N, C, H, W = x.shape
-    Hp, Wp, groups, Cgp = xl.shape[1], xl.shape[2], xl.shape[3], xl.shape[4]
-    Cg = C // groups
+    Wp, Cgp = row.shape
     source = x.reshape(-1)
     L = lanes(source)
-    j0, j1 = max(0, left), min(Wp, W + left)          # the columns of xl that x covers
-    for item in prange(N * Hp):
-        n, i = item // Hp, item % Hp
-        y, row = i - top, xl[n, i]
-        if not 0 <= y < H:
-            row[:] = 0.0
-            continue
-        row[:j0] = 0.0
-        row[j1:] = 0.0
-        for j in range(j0, j1):                       # channels past Cg
-            for g in range(groups):
-                for c in range(Cg, Cgp):
-                    row[j, g, c] = 0.0
-        turned_c, turned_x = (Cg // 8) * 8 if L >= 8 else 0, j0 - left
-        if j0 == left and j1 == W + left:             # whole rows: blocks of 8 pixels turned, the rest copied
-            turned_x = (W // 8) * 8
-        for g in range(groups):
-            for c0 in range(0, turned_c, 8):
-                at = ((n * C + g * Cg + c0) * H + y) * W
-                for x0 in range(0, turned_x, L):
-                    q, head = at + x0, min(L, turned_x - x0)      # a multiple of 8 pixels: a masked load
-                    u = transpose8(load_head(source, q, head), load_head(source, q + H * W, head),
-                                   load_head(source, q + 2 * H * W, head), load_head(source, q + 3 * H * W, head),
-                                   load_head(source, q + 4 * H * W, head), load_head(source, q + 5 * H * W, head),
-                                   load_head(source, q + 6 * H * W, head), load_head(source, q + 7 * H * W, head))
-                    for m in range(8):
-                        for h in range(head // 8):
-                            store8(xl, (n, i, left + x0 + 8 * h + m, g, c0), u[m], h)
-            for c in range(Cg):
-                plane = x[n, g * Cg + c, y]
-                for j in range(j0, j1):
-                    if c >= turned_c or j - left >= turned_x:
-                        row[j, g, c] = plane[j - left]
+    j0, j1 = max(0, left), min(Wp, W + left)          # the columns of row that x covers
+    if not 0 <= y < H:
+        row[:] = 0.0
+        return
+    row[:j0] = 0.0
+    row[j1:] = 0.0
+    for j in range(j0, j1):                           # channels past Cg
+        for c in range(Cg, Cgp):
+            row[j, c] = 0.0
+    turned_c, turned_x = (Cg // 8) * 8 if L >= 8 else 0, j0 - left
+    if j0 == left and j1 == W + left:                 # a whole row: blocks of 8 pixels turned, the rest copied
+        turned_x = (W // 8) * 8
+    for b in range(0, turned_c, 8):
+        at = ((n * C + c0 + b) * H + y) * W
+        for x0 in range(0, turned_x, L):
+            q, head = at + x0, min(L, turned_x - x0)          # a multiple of 8 pixels: a masked load
+            u = transpose8(load_head(source, q, head), load_head(source, q + H * W, head),
+                           load_head(source, q + 2 * H * W, head), load_head(source, q + 3 * H * W, head),
+                           load_head(source, q + 4 * H * W, head), load_head(source, q + 5 * H * W, head),
+                           load_head(source, q + 6 * H * W, head), load_head(source, q + 7 * H * W, head))
+            for m in range(8):
+                for h in range(head // 8):
+                    store8(row, (left + x0 + 8 * h + m, b), u[m], h)
+    for c in range(Cg):
+        plane = x[n, c0 + c, y]
+        for j in range(j0, j1):
+            if c >= turned_c or j - left >= turned_x:
+                row[j, c] = plane[j - left]
 
 
 @njit(cache=True, inline="always")
@@ -91,46 +84,54 @@ def _turned_tile(out, n, k0, valid, y0, x0, Y):
 
 
 @njit(parallel=True, cache=True)
-def fused_correlate(xl, Upk, tiles_h, tiles_w, TB, wide, taps, Vs, Ms, T, Y, out):
-    """out = the 3x3 correlation (stride 1) of xl's channels with the filters whose transforms are Upk, one
-    block of TB tiles at a time (``winograd_fused``), channels in the lanes:
+def fused_correlate(x, top, left, Upk, tiles_h, tiles_w, TB, wide, taps, Band, Vs, Ms, T, Y, out):
+    """out = the 3x3 correlation (stride 1) of x placed at (top, left) inside zeros with the filters whose
+    transforms are Upk, one block of TB tiles at a time (``winograd_fused``), channels in the lanes:
 
         Vs[xi, t, c] = (B^T d[t, c] B)[xi]                          input transform, L channels a vector
         Ms[xi, j, t, v] = sum_c Vs[xi, t, c] Upk[xi, g, j, c, v]     alpha^2 products (TB x Cg) @ (Cg x V)
         out tile t of channel j V + v = A^T Ms[:, j, t, v] A          output transform, cropped to out
 
-    xl: (N, Hp, Wp, groups, Cgp), ``to_channels_last``'s; Upk: (36, groups, chunks, Cg, V), output channel
-    j V + v in chunk j (zero past the group's Kg); out: (N, Kout, Ho, Wo) contiguous; TB: a multiple of 8;
-    taps: 0 .. Cg - 1. Tiles are numbered n-major over the tiles_h x tiles_w grid; a block's missing tiles
-    repeat its tiles (read, never written). Scratch per thread: Vs (36, >= TB Cgp), Ms (36, >= chunks TB V),
-    T (36 L), Y (16 L). Rows of Vs and Ms are a vector longer than they need, so that a tile's 36 vectors are
-    not a power of two apart (2 KB apart, they share two of L1's sets and evict each other).
+    x: (N, C, H, W) contiguous; Upk: (36, groups, chunks, Cg, V), output channel j V + v in chunk j (zero past
+    the group's Kg); out: (N, Kout, Ho, Wo) contiguous; TB: a multiple of 8; taps: 0 .. Cg - 1. Tiles are
+    numbered n-major over the tiles_h x tiles_w grid; a block's missing tiles repeat its tiles (read, never
+    written). A tile reads the six rows of its tile row, laid out pixel-major in the thread's Band (``pixel_row``,
+    made again when the tile row changes: 1.5x the copying of the whole input, but in cache, where a whole
+    pixel-major copy made first was written to memory and read back). Scratch per thread: Band (6, Wp >= 4
+    tiles_w + 2, Cgp), Vs (36, >= TB Cgp), Ms (36, >= chunks TB V), T (36 L), Y (16 L). Rows of Vs and Ms are a
+    vector longer than they need, so that a tile's 36 vectors are not a power of two apart (2 KB apart, they
+    share two of L1's sets and evict each other).
     One item is one group, one block and a part of its chunks: all of them, unless there are fewer than two
     blocks per thread (a deep layer on a small image), when each part transforms the block's input again."""
-    N, Hp, Wp, groups, Cgp = xl.shape
+    N, groups, Cg = x.shape[0], Upk.shape[1], Upk.shape[3]
+    Wp, Cgp = Band.shape[2], Band.shape[3]
     chunks, V = Upk.shape[2], Upk.shape[4]
     Kout, Ho, Wo = out.shape[1], out.shape[2], out.shape[3]
     Kg = Kout // groups
     n_threads, vstep, mstep = Vs.shape[0], Vs.shape[2], Ms.shape[2]
     L = lanes(T[0])
-    per_image, pixel = tiles_h * tiles_w, groups * Cgp
+    per_image = tiles_h * tiles_w
     P = N * per_image
     n_blocks = (P + TB - 1) // TB
     n_parts = min(chunks, max(1, -(-2 * n_threads // (groups * n_blocks))))
-    source, target = xl.reshape(-1), out.reshape(-1)
+    target = out.reshape(-1)
     for thread in prange(n_threads):
+        band, source = Band[thread], Band[thread].reshape(-1)
         vs, ms, tt, y = Vs[thread].reshape(-1), Ms[thread].reshape(-1), T[thread], Y[thread]
         start, stop = share(groups * n_blocks * n_parts, thread, n_threads)
         for item in range(start, stop):
             g, p0, part = item // (n_blocks * n_parts), (item // n_parts) % n_blocks * TB, item % n_parts
             j0, j1 = part * chunks // n_parts, (part + 1) * chunks // n_parts
-            count = min(TB, P - p0)
+            count, held = min(TB, P - p0), -1
             for t in range(TB):                                   # input transform
                 tile = p0 + t % count
                 n, ty, tx = tile // per_image, (tile // tiles_w) % tiles_h, tile % tiles_w
-                at = ((n * Hp + 4 * ty) * Wp + 4 * tx) * pixel + g * Cgp
+                if tile // tiles_w != held:                       # the tile row's six rows, pixel-major
+                    held = tile // tiles_w
+                    for k in range(6):
+                        pixel_row(x, n, g * Cg, Cg, 4 * ty + k - top, left, band[k])
                 for c0 in range(0, Cgp, L):
-                    input_tile(source, at + c0, Wp * pixel, pixel, tt, vs, t * Cgp + c0, vstep)
+                    input_tile(source, 4 * tx * Cgp + c0, Wp * Cgp, Cgp, tt, vs, t * Cgp + c0, vstep)
             for xi in range(36):                                  # the products
                 for j in range(j0, j1):
                     _products(vs[xi * vstep:], Upk[xi, g, j].reshape(-1), taps, Cgp, wide, TB, V, ms,
