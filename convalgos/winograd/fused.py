@@ -59,8 +59,9 @@ of TB tiles, in the thread's scratch:
 Both transforms run with the channels in the lanes, as the forward pass's do: a tile row's rows of x and dy
 are copied pixel-major (x placed at the padding, dy with zeros past Ho, Wo), a tile's patch is whole vectors,
 B' is F(4x4, 3x3)'s B (``f43.input_tile``) and G' is written out too (``f43.gradient_tile``). The products are
-an outer-product register tile (``kernels.lane_tiles``, ``direct_channels``' tile): 8 output channels k (broadcasts of D) x two
-vectors of input channels c (X; one vector when a group has at most L) per tile, summed over the block's tiles.
+an outer-product register tile (``kernels.lane_tiles``, ``direct_channels``' tile): 8 output channels k
+(broadcasts of D) x two vectors of input channels c (X; one vector when a group has at most L) per tile,
+summed over the block's tiles.
 Where the non-fused pass writes X and D for every tile (36 (C + K) P elements: 9.4 MB on ResNet-20 b32's C16
 32x32 layers) and hands alpha^2 small GEMMs to BLAS (64 x 128 x 64 on its C64 8x8 layers: 80 GFLOP/s
 measured), here nothing but the sums leaves the cache. Each worker keeps its own S (alpha^2 Kg Cg per group,
