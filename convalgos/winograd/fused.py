@@ -120,8 +120,7 @@ class FusedWinograd(Algorithm):
         self.m, self.alpha = m, m + 2
         self.name = f"winograd_fused_{m}x{m}"
         self.tolerances, self.tolerance = TOLERANCES[m], TOLERANCES[m]["forward"]
-        self.matrices = cook_toom(m, 3)
-        self.filter_matrices = cook_toom(3, m)                       # F(3, m): backward-filter
+        self.filter_matrices = cook_toom(3, m)      # F(3, m): backward-filter's A' (f43.py writes out the rest)
         self._filter_float = {np.dtype(dt): self.filter_matrices.as_float(dt) for dt in (np.float32, np.float64)}
 
     # ---- sizes ---------------------------------------------------------------------------------------------
