@@ -165,16 +165,31 @@ def store_head(typingctx, a, i, v, n):
     return types.void(a, i, v, n), codegen
 
 
+def _broadcast(context, builder, vec, value):
+    """``value`` (of vec's lane type) in every lane of a ``vec``."""
+    vector_type, i32 = context.get_value_type(vec), ir.IntType(32)
+    one = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(i32, 0))
+    return builder.shuffle_vector(one, ir.Constant(vector_type, ir.Undefined),
+                                  ir.Constant(ir.VectorType(i32, vec.lanes), [0] * vec.lanes))
+
+
+def _scalar(context, builder, sig, args):
+    """The scalar first argument of ``scale``, ``mul_add``, ``mul_sub`` in every lane of their Vec."""
+    vec = sig.args[1]
+    return _broadcast(context, builder, vec, context.cast(builder, args[0], sig.args[0], vec.dtype))
+
+
+def _scalar_and_vec(c, v) -> bool:
+    return isinstance(v, Vec) and isinstance(c, (types.Number, types.Literal))
+
+
 @intrinsic
 def splat(typingctx, a, i):
     vec = Vec(a.dtype)
 
     def codegen(context, builder, sig, args):
-        value = builder.load(_element_pointer(context, builder, sig.args[0], args[0], args[1]))
-        vector_type, i32 = context.get_value_type(vec), ir.IntType(32)
-        one = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(i32, 0))
-        return builder.shuffle_vector(one, ir.Constant(vector_type, ir.Undefined),
-                                      ir.Constant(ir.VectorType(i32, vec.lanes), [0] * vec.lanes))
+        return _broadcast(context, builder, vec, builder.load(_element_pointer(context, builder, sig.args[0],
+                                                                               args[0], args[1])))
     return vec(a, i), codegen
 
 
@@ -203,38 +218,28 @@ def sub(typingctx, u, v):
 
 
 def _scaled_fma(context, builder, sig, args, negate):
-    """llvm.fma(splat(c), v, +-w) for ``mul_add`` and ``mul_sub``: c cast to the lanes' type."""
+    """llvm.fma(splat(c), v, +-w) for ``mul_add`` and ``mul_sub``."""
     vec = sig.args[1]
-    vector_type, i32 = context.get_value_type(vec), ir.IntType(32)
-    value = context.cast(builder, args[0], sig.args[0], vec.dtype)
-    one = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(i32, 0))
-    c = builder.shuffle_vector(one, ir.Constant(vector_type, ir.Undefined),
-                               ir.Constant(ir.VectorType(i32, vec.lanes), [0] * vec.lanes))
+    vector_type = context.get_value_type(vec)
     w = builder.fneg(args[2]) if negate else args[2]
     function = cgutils.get_or_insert_function(builder.module, ir.FunctionType(vector_type, [vector_type] * 3),
                                               f"llvm.fma.v{vec.lanes}f{vec.dtype.bitwidth}")
-    return builder.call(function, [c, args[1], w])
+    return builder.call(function, [_scalar(context, builder, sig, args), args[1], w])
 
 
 @intrinsic
 def scale(typingctx, c, v):
-    if not isinstance(v, Vec) or not isinstance(c, (types.Number, types.Literal)):
+    if not _scalar_and_vec(c, v):
         return None
 
     def codegen(context, builder, sig, args):
-        vec = sig.args[1]
-        vector_type, i32 = context.get_value_type(vec), ir.IntType(32)
-        value = context.cast(builder, args[0], sig.args[0], vec.dtype)
-        one = builder.insert_element(ir.Constant(vector_type, ir.Undefined), value, ir.Constant(i32, 0))
-        c = builder.shuffle_vector(one, ir.Constant(vector_type, ir.Undefined),
-                                   ir.Constant(ir.VectorType(i32, vec.lanes), [0] * vec.lanes))
-        return builder.fmul(c, args[1])
+        return builder.fmul(_scalar(context, builder, sig, args), args[1])
     return v(c, v), codegen
 
 
 @intrinsic
 def mul_add(typingctx, c, v, acc):
-    if not isinstance(v, Vec) or not isinstance(c, (types.Number, types.Literal)):
+    if not _scalar_and_vec(c, v):
         return None
 
     def codegen(context, builder, sig, args):
@@ -244,7 +249,7 @@ def mul_add(typingctx, c, v, acc):
 
 @intrinsic
 def mul_sub(typingctx, c, v, w):
-    if not isinstance(v, Vec) or not isinstance(c, (types.Number, types.Literal)):
+    if not _scalar_and_vec(c, v):
         return None
 
     def codegen(context, builder, sig, args):

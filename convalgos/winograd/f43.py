@@ -19,8 +19,10 @@ u - 2/3 g1, g2/4 (13 operations). Backward-filter's F(3x3, 4x4) (convalgos.winog
 E - O, d3/4 (15 operations). The order of the sums differs from the matrix products', so the rounding does
 (tests/test_winograd_fused.py checks each row against cook_toom's matrices).
 
-A 6 x 6 tile is transformed in two passes of six rows each: X d X^T = X (X d^T)^T. The first pass transforms
-the rows of d into a scratch T, the second the columns of T, so no more than a row's six vectors are live.
+A tile is transformed in two passes: X d X^T = X (X d^T)^T. The first pass transforms the rows of d into a
+scratch T, the second the columns of T, so no more than a row's vectors are live. The four ``*_tile``
+functions are near-copies on purpose: each row function takes and returns its vectors as values (registers),
+so their count (6, 4 or 3 in; 6 or 4 out) is written out in each.
 """
 from __future__ import annotations
 
