@@ -48,11 +48,10 @@ def pixel_row(x, n, c0, Cg, y, left, row):
             for m in range(8):
                 for h in range(head // 8):
                     store8(row, (left + x0 + 8 * h + m, b), u[m], h)
-    for c in range(Cg):
+    for c in range(Cg):                               # what was not turned, one by one
         plane = x[n, c0 + c, y]
-        for j in range(j0, j1):
-            if c >= turned_c or j - left >= turned_x:
-                row[j, c] = plane[j - left]
+        for j in range(j0 if c >= turned_c else left + turned_x, j1):
+            row[j, c] = plane[j - left]
 
 
 @njit(cache=True, inline="always")
