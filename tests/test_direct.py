@@ -175,6 +175,7 @@ def test_long_planes_span_several_items():
 @pytest.mark.parametrize("x_shape, w_shape, kw", [
     ((3, 13, 16, 16), (12, 13, 3, 3), dict(padding=1)),                      # flat shifted copies (Wo = W)
     ((3, 13, 33, 37), (12, 13, 3, 3), dict(stride=2, padding=1)),            # stride-2 rows gathered by vectors
+    ((3, 13, 16, 16), (12, 13, 3, 3), dict(stride=2, padding=1)),            # 8-px rows: one masked vector each
     ((3, 12, 9, 40), (10, 6, 2, 3), dict(stride=(1, 2), dilation=(2, 1), padding=(1, 0), groups=2)),
 ])
 def test_backward_filter_items_cut_images_and_channels(x_shape, w_shape, kw, monkeypatch):
