@@ -353,3 +353,36 @@ def test_relu_and_eval_batchnorm_kernels_equal_the_numpy_formulas(dtype):
         dt = np.result_type(xs, scale)
         expected = xs * scale.astype(dt)[:, None, None] + shift.astype(dt)[:, None, None]
         np.testing.assert_array_equal(bn(xs), expected)
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+@pytest.mark.parametrize("train", [True, False])
+def test_batchnorm_with_what_follows_fused_gives_the_bits_of_the_layers_apart(dtype, train):
+    """A BatchNorm with a ReLU fused, and ResNet's bn2 with the shortcut's sum and a ReLU (``container.py``),
+    give the same bits as the layers run one after another, NaN included; in train mode the fused ReLU's
+    backward (its mask on dy, in the BatchNorm's kernel) gives relu's backward then the BatchNorm's, to the
+    rounding of the sums' order (the kernels reassociate them)."""
+    rng = np.random.default_rng(5)
+    x, shortcut, dy = (rng.standard_normal((3, 4, 5, 6)).astype(dtype) for _ in range(3))
+    shortcut[0, 0, 0, 0] = np.nan
+    tol = dict(rtol=1e-12, atol=1e-15) if dtype == "float64" else dict(rtol=1e-5, atol=1e-6)
+
+    def layer():
+        bn = nn.BatchNorm2d(4)
+        bn.weight[:], bn.bias[:], bn.running_var[:] = np.linspace(0.5, 2, 4), np.linspace(-1, 1, 4), 1.5
+        return bn.train(train)
+
+    apart, fused = layer(), layer()
+    y = nn.ReLU()(apart(x))
+    np.testing.assert_array_equal(fused.forward(x, relu=True), y)
+    if train:
+        np.testing.assert_allclose(fused.backward(dy, input_grad=True),
+                                   apart.backward(nn.activation.relu_backward(y, dy), input_grad=True), **tol)
+        for k in ("weight", "bias"):
+            np.testing.assert_allclose(fused.grad_dict()[k], apart.grad_dict()[k], **tol)
+    apart, fused = layer(), layer()
+    y_sum = np.maximum(apart(x) + shortcut, 0)
+    np.testing.assert_array_equal(fused.forward(x, residual=shortcut, relu=True), y_sum)
+    assert np.isnan(y_sum[0, 0, 0, 0])
+    if train:                                  # the sum's ReLU is the caller's: the BatchNorm takes its gradient
+        np.testing.assert_array_equal(fused.backward(dy, input_grad=True), apart.backward(dy, input_grad=True))

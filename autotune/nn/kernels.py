@@ -12,8 +12,11 @@
   path, ``inference.py``), where NumPy would take three passes and two fresh arrays.
 - ``batch_norm`` and ``batch_norm_grad``: train-mode BatchNorm per channel, three passes over x forward (sum,
   centred sum of squares, output) and two backward (the two sums, then dx), x_hat recomputed from x instead
-  of stored; NumPy took seven passes each way and three fresh arrays. Parallel over channels; each channel's
-  sums are reassociated into vector lanes (a fixed order for the compiled code, so repeatable).
+  of stored; NumPy took seven passes each way and three fresh arrays. What the containers fuse after a
+  BatchNorm runs in its kernels: ResNet's residual sum and the ReLU on each output row while it is in L1, and
+  that ReLU's mask on dy in the backward pass (a pass and a fresh array each, otherwise). Parallel over
+  channels; each channel's sums are reassociated into vector lanes (a fixed order for the compiled code, so
+  repeatable).
 
 All run in parallel over the (n, c) planes, so no two threads write the same element.
 """
@@ -103,11 +106,13 @@ def epilogue(y, bias, residual, relu):
 
 
 @njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
-def batch_norm(x, weight, bias, eps, y, mean, var):
+def batch_norm(x, weight, bias, eps, y, mean, var, residual, relu):
     """x, y: (N, C, P). Per channel c over its n = N*P values: mean[c] = sum(x) / n, var[c] = sum((x - mean)^2)
-    / n (the biased variance), y = (x - mean) / sqrt(var + eps) * weight[c] + bias[c]."""
+    / n (the biased variance), y = (x - mean) / sqrt(var + eps) * weight[c] + bias[c]; then y += residual
+    (N, C, P) unless it is empty, then ReLU when ``relu`` (a NaN stays NaN), each row while it is in L1."""
     N, C, P = x.shape
     count = N * P
+    add = residual.shape[0] > 0
     for c in prange(C):
         s = 0.0
         for n in range(N):
@@ -128,28 +133,43 @@ def batch_norm(x, weight, bias, eps, y, mean, var):
             row, out = x[n, c], y[n, c]
             for i in range(P):
                 out[i] = row[i] * scale + shift
+            if add:                               # rounded as NumPy's y + residual after the BatchNorm is
+                more = residual[n, c]
+                for i in range(P):
+                    out[i] += more[i]
+            if relu:
+                for i in range(P):
+                    if out[i] < 0:
+                        out[i] = 0
         mean[c], var[c] = mu, v
 
 
 @njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
-def batch_norm_grad(x, dy, mean, inv_std, weight, db, dw, dx):
-    """Per channel c, with x_hat = (x - mean[c]) * inv_std[c] over its n = N*P values: db[c] = sum(dy),
-    dw[c] = sum(dy * x_hat), and, unless dx is empty, dx = weight[c] * inv_std[c] / n * (n*dy - db - x_hat*dw)."""
+def batch_norm_grad(x, dy, mask, mean, inv_std, weight, db, dw, dx):
+    """Per channel c, with x_hat = (x - mean[c]) * inv_std[c] over its n = N*P values and g = dy (where mask
+    (N, C, P), the output of a ReLU fused after the BatchNorm, is positive, else 0; all of dy when mask is
+    empty): db[c] = sum(g), dw[c] = sum(g * x_hat), and, unless dx is empty, dx = weight[c] * inv_std[c] / n *
+    (n*g - db - x_hat*dw)."""
     N, C, P = x.shape
     count = N * P
+    masked = mask.shape[0] > 0
     for c in prange(C):
         mu, inv = mean[c], inv_std[c]
         sd, sdx = 0.0, 0.0
         for n in range(N):
             row, grad = x[n, c], dy[n, c]
+            keep = mask[n, c] if masked else grad
             for i in range(P):
-                sd += grad[i]
-                sdx += grad[i] * ((row[i] - mu) * inv)
+                g = grad[i] if not masked or keep[i] > 0 else 0.0
+                sd += g
+                sdx += g * ((row[i] - mu) * inv)
         db[c], dw[c] = sd, sdx
         if dx.shape[0] == 0:
             continue
         k = weight[c] * inv / count
         for n in range(N):
             row, grad, out = x[n, c], dy[n, c], dx[n, c]
+            keep = mask[n, c] if masked else grad
             for i in range(P):
-                out[i] = k * (count * grad[i] - sd - (row[i] - mu) * inv * sdx)
+                g = grad[i] if not masked or keep[i] > 0 else 0.0
+                out[i] = k * (count * g - sd - (row[i] - mu) * inv * sdx)

@@ -12,7 +12,9 @@ Its backward pass (the mean and variance depend on x, so every x_hat depends on 
 
 Eval mode is one fused per-channel scale and shift with the running statistics. Train mode runs as two Numba
 kernels (``kernels.batch_norm``, ``kernels.batch_norm_grad``): the backward pass recomputes x_hat from the
-saved input, mean and 1/sqrt(var + eps) rather than keeping it. Like torch, the layer keeps its input (not a
+saved input, mean and 1/sqrt(var + eps) rather than keeping it. The containers fuse what follows a BatchNorm
+into it on either device (``forward(x, residual, relu)``): ResNet's residual sum and the ReLU after it, or a
+ReLU alone, whose mask the backward pass then applies to dy. Like torch, the layer keeps its input (not a
 copy) for the backward pass, so the input must not be changed in place in between (torch raises there; this
 library keeps no version counters, and its own layers never write into their inputs).
 
@@ -52,29 +54,31 @@ class BatchNorm2d(Module):
         self.eps, self.momentum = eps, momentum
 
     def forward(self, x, residual=None, relu=False):
-        """The normalised ``x``. On the GPU path the containers fuse what follows (``_forward_gpu``):
-        ``residual`` added after the affine step, then a ReLU when ``relu``."""
+        """The normalised ``x``, then ``residual`` added and a ReLU applied when ``relu``: the containers fuse
+        what follows a BatchNorm into it (``container.py``), and its backward pass then applies the ReLU's mask
+        (a ReLU after a residual is the caller's to differentiate: its gradient goes to the shortcut too)."""
         if self.gpu_path(x):
             return self._forward_gpu(x, residual, relu)
-        if residual is not None or relu:
-            raise ValueError("BatchNorm2d fuses a residual and a ReLU on the GPU path only (device 'cuda'), got "
-                             f"residual={'an array' if residual is not None else None}, relu={relu!r} on the CPU")
         if self.training:
-            return self._train_forward(x)
+            return self._train_forward(x, residual, relu)
         self.save_for_backward()
         xp = array_module(self.weight)
         scale = self.weight / xp.sqrt(self.running_var + self.eps)
         shift = self.bias - self.running_mean * scale
         dt = np.result_type(x.dtype, scale.dtype)
         if dt not in (np.float32, np.float64):
-            return x * scale.astype(dt)[:, None, None] + shift.astype(dt)[:, None, None]
+            y = x * scale.astype(dt)[:, None, None] + shift.astype(dt)[:, None, None]
+            y = y if residual is None else y + residual
+            return np.maximum(y, 0) if relu else y
         x = np.ascontiguousarray(x, dtype=dt)
         y = np.empty_like(x)
         planes = (x.shape[0], x.shape[1], -1)
         kernels.scale_shift(x.reshape(planes), scale.astype(dt), shift.astype(dt), y.reshape(planes))
+        if residual is not None or relu:
+            kernels.epilogue(y.reshape(planes), np.zeros(x.shape[1], dt), _planes(residual, y), bool(relu))
         return y
 
-    def _train_forward(self, x):
+    def _train_forward(self, x, residual, relu):
         dt = np.result_type(x.dtype, self.weight.dtype)
         ct = np.promote_types(dt, np.float32)          # float16 is normalised in float32
         n = _values_per_channel(x)
@@ -83,9 +87,9 @@ class BatchNorm2d(Module):
         y = np.empty_like(x)
         mean, var = np.empty(C, ct), np.empty(C, ct)
         kernels.batch_norm(x.reshape(x.shape[0], C, -1), self.weight.astype(ct), self.bias.astype(ct),
-                           self.eps, y.reshape(x.shape[0], C, -1), mean, var)
+                           self.eps, y.reshape(x.shape[0], C, -1), mean, var, _planes(residual, y), bool(relu))
         self._update_running(mean, var, n)
-        self.save_for_backward(x, mean, 1 / np.sqrt(var + self.eps))
+        self.save_for_backward(x, mean, 1 / np.sqrt(var + self.eps), y if relu and residual is None else None)
         return y.astype(dt, copy=False)
 
     def _update_running(self, mean, var, n: int) -> None:
@@ -96,14 +100,14 @@ class BatchNorm2d(Module):
     def backward_from(self, saved, dy, input_grad):
         if self.gpu_path(dy):
             return gpu_layers.batch_norm_backward(self, *saved, dy, input_grad)
-        x, mean, inv_std = saved
+        x, mean, inv_std, mask = saved
         dt, ct, C = dy.dtype, x.dtype, x.shape[1]
         dy = np.ascontiguousarray(dy, dtype=ct)
         db, dw = np.empty(C, ct), np.empty(C, ct)
         dx = np.empty_like(x) if input_grad else np.empty((0,) + x.shape[1:], ct)
         P = x.size // (x.shape[0] * C)
-        kernels.batch_norm_grad(x.reshape(-1, C, P), dy.reshape(-1, C, P), mean, inv_std, self.weight.astype(ct),
-                                db, dw, dx.reshape(dx.shape[0], C, P))
+        kernels.batch_norm_grad(x.reshape(-1, C, P), dy.reshape(-1, C, P), _planes(mask, x), mean, inv_std,
+                                self.weight.astype(ct), db, dw, dx.reshape(dx.shape[0], C, P))
         self.accumulate_grad("bias", db)
         self.accumulate_grad("weight", dw)
         return dx.astype(dt, copy=False) if input_grad else None
@@ -115,6 +119,14 @@ class BatchNorm2d(Module):
 
     def extra_repr(self) -> str:
         return f"{self.weight.shape[0]}, eps={self.eps}, momentum={self.momentum}"
+
+
+def _planes(a, like) -> np.ndarray:
+    """``a`` as (N, C, P) planes in ``like``'s dtype, or an empty (0, C, P) array (the kernels' "none") for None."""
+    N, C = like.shape[:2]
+    if a is None:
+        return np.empty((0, C, like.size // (N * C) if N else 0), like.dtype)
+    return np.ascontiguousarray(a, dtype=like.dtype).reshape(N, C, -1)
 
 
 def _values_per_channel(x) -> int:

@@ -69,11 +69,6 @@ def test_batchnorm_with_the_residual_and_relu_fused_equals_the_cpu_sum(dtype, tr
         assert_close(gpu.backward(device(dsum), input_grad=True), cpu.backward(dsum, input_grad=True), dtype, "dx")
 
 
-def test_batchnorm_fuses_only_on_the_gpu_path():
-    with pytest.raises(ValueError, match="GPU path only .* relu=True on the CPU"):
-        nn.BatchNorm2d(2).forward(np.zeros((2, 2, 1, 1), np.float32), relu=True)
-
-
 POOLS = {
     "maxpool 3 s2 p1": lambda: nn.MaxPool2d(3, 2, 1),
     "maxpool 2 ceil": lambda: nn.MaxPool2d(2, ceil_mode=True),

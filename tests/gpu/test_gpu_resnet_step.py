@@ -10,6 +10,7 @@ import pytest
 from autotune import models, nn, optim
 from autotune.nn.device import move, to_host
 from convalgos.cuda import count_ops
+from convalgos.reference import normwise_error
 
 #: the fused layers' operations in one ResNet-20 step (19 BatchNorms and the shortcuts' 2, 9 blocks), and the
 #: array-module copies (the layers' and im2col's)
@@ -44,8 +45,11 @@ def test_a_resnet20_step_on_the_gpu_equals_the_cpu_step_within_the_launch_budget
     (loss_cpu, grads_cpu, state_cpu, _), (loss_gpu, grads_gpu, state_gpu, ops) = results["cpu"], results["cuda"]
     assert loss_gpu == pytest.approx(loss_cpu, rel=1e-6)
     assert grads_gpu.keys() == grads_cpu.keys() and len(grads_cpu) == 65
-    for name, grad in grads_cpu.items():
-        np.testing.assert_allclose(grads_gpu[name], grad, rtol=1e-4, atol=1e-5, err_msg=name)
+    # normwise, at a few times float32's own drift: the CPU's float32 gradients lie up to 9.7e-6 from its float64
+    # run's; an element that is a sum of terms ~100x its size carries that noise on either device
+    # (layer1.0.conv1's [7, 12, 0, 2]: CPU -0.0068511, GPU -0.0068645, float64 -0.0068620)
+    errors = {name: normwise_error(grads_gpu[name], grad) for name, grad in grads_cpu.items()}
+    assert max(errors.values()) < 5e-5, errors
     for name, value in state_cpu.items():
         np.testing.assert_allclose(state_gpu[name], value, rtol=1e-5, atol=1e-6, err_msg=name)
     assert {k: v for k, v in ops.by_name.items() if k.startswith(("nn.", "cupy."))} == LAYER_OPS
