@@ -34,7 +34,10 @@ output, and took 0.74 / 0.32 ms in all, against 0.50 / 0.21 now. Rows of V and M
 whole copy was written to memory and read back: with the caches flushed before each call, as inside a training
 step, it cost the pass 0.14-0.26 ms more than warm (``direct``: 0.05); made per tile row in cache instead (1.5x
 the copying, the rows of neighbouring tile rows overlap), ms cold before / after / direct: C32 16x16 0.61 /
-0.48 / 0.51, C64 8x8 0.45 / 0.31 / 0.64, C16 32x32 0.79 / 0.67 / 0.49.
+0.48 / 0.51, C64 8x8 0.45 / 0.31 / 0.64, C16 32x32 0.79 / 0.67 / 0.49. That copy then spent most of its time
+testing, element by element, what its register transposes had already turned; copying only the rest, ms warm,
+C16 32x32 0.51 -> 0.44, C32 16x16 0.26 -> 0.20, C64 8x8 0.18 -> 0.145 (parts of the C16 pass now: the copy
+~0.07, input transform 0.05, products 0.13, output transform 0.06, stores 0.08, loops 0.03).
 
 The trade-off, which the tuner weighs per layer: every block reads all of U (alpha^2 K Cg elements) once,
 where the non-fused GEMMs read it once per call. With C = K = 512, U is 37 MB, read again for every 32 tiles:
