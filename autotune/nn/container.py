@@ -104,8 +104,8 @@ class BasicBlock(Module):
                                          BatchNorm2d(channels, dtype=dtype))
 
     def forward(self, x):
-        if self.gpu_path(x):
-            return self._forward_gpu(x)
+        """The block on either device. A BatchNorm that runs takes what follows it (on the GPU, in train mode, two
+        launches each, in eval mode one); on the CPU in eval mode ``fuse`` may have folded it into its conv."""
         shortcut = x if self.downsample is None else self.downsample(x)
         hidden = self.conv1(x)
         if not self.absorbed("bn1"):                  # bn1 with the ReLU fused
@@ -118,15 +118,6 @@ class BasicBlock(Module):
             y = self.relu(self.conv2(hidden) + shortcut)
         else:                                         # bn2 with the shortcut's sum and the ReLU fused
             y = self.bn2.forward(self.conv2(hidden), residual=shortcut, relu=True)
-        self.save_for_backward(y)
-        return y
-
-    def _forward_gpu(self, x):
-        """The GPU path, in train and eval mode alike: bn1 with the ReLU fused, bn2 with the shortcut's sum and
-        the ReLU fused (``gpu_norm_kernels.py``); each BatchNorm two launches in train mode, one in eval mode."""
-        shortcut = x if self.downsample is None else self.downsample(x)
-        hidden = self.bn1.forward(self.conv1(x), relu=True)
-        y = self.bn2.forward(self.conv2(hidden), residual=shortcut, relu=True)
         self.save_for_backward(y)
         return y
 
