@@ -12,7 +12,7 @@ the GPU's ``CudaEventTimer``), a run's cost is ``max(host, gpu)``, or ``gpu`` in
 both are kept per candidate, and ``decided`` says which one made the choice."""
 from __future__ import annotations
 
-from .measure import median, noise, rotate, without_spikes
+from ..measure import median, noise, rotate, without_spikes
 
 
 class Race:

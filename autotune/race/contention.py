@@ -1,0 +1,197 @@
+"""Seeing contention: how long this process's threads waited for a CPU, read from the kernel's own counters.
+
+A timed run says how long a call took, not why. On a shared machine (a browser, a second notebook kernel, a
+CI neighbour) a run can be slow because the algorithm is slow or because its threads stood in a run queue
+while another process had their core. The first cannot be told from the second by the times alone: a steady
+neighbour slows every run evenly, so no run looks like a spike. Linux counts the second directly, per thread:
+
+- ``/proc/self/task/<tid>/schedstat``: ``<ns on a CPU> <ns runnable but waiting on a run queue> <timeslices>``
+  (Documentation/scheduler/sched-stats.rst). The wait is added when the thread gets its CPU back, so once a
+  parallel call has returned (every worker has reached the region's end), each wait inside it is counted.
+  The CPU time moves only at scheduler events and ticks (4 ms on these VMs): it is not used to judge a run.
+- ``getrusage(RUSAGE_SELF).ru_nivcsw``: involuntary context switches of all the process's threads, counted
+  when a thread is preempted.
+
+What is read: every task of the process (the Python thread, Numba's OpenMP workers, the BLAS threads, torch's
+threads), through files kept open and re-read with ``pread`` (about 1 us a thread, against ~9 us to open and
+read them all afresh), the list of tasks refreshed by ``refresh()`` (a race calls it once). A reading is the
+sum over the tasks; the difference of two readings (``Usage``) is what happened between them.
+
+Where ``/proc`` is missing (macOS, Windows) ``RusageReader`` counts involuntary switches alone (macOS, BSD),
+and on Windows ``NullReader`` counts nothing: there the race falls back to judging runs by their times
+(spikes, ``measure.without_spikes``), which a steady neighbour hides. ``reader()`` picks the best available;
+``Reader.kind`` names what it sees.
+
+Measured here (2026-12-05, 2-core AMD EPYC VM): two threads spinning 1 s wait ~0.007 s in all quietly and
+~0.2 s beside one process spinning on one core (shared/TOOLCHAIN.md); one ``ProcReader.read()`` of 3 tasks
+costs ~4 us.
+"""
+from __future__ import annotations
+
+import os
+import time
+from typing import NamedTuple
+
+try:
+    import resource
+except ImportError:            # Windows
+    resource = None
+
+TASKS = "/proc/self/task"
+
+
+class Reading(NamedTuple):
+    """Counters summed over the process's threads at one moment: ns waited on a run queue, involuntary
+    context switches, and the wall clock (``time.perf_counter``) when read."""
+
+    wait_ns: int
+    switches: int
+    wall: float
+
+    def __sub__(self, before: "Reading") -> "Usage":
+        return Usage(max(0, self.wait_ns - before.wait_ns) * 1e-9, max(0, self.switches - before.switches),
+                     self.wall - before.wall)
+
+
+class Usage(NamedTuple):
+    """What happened between two readings: seconds the threads waited for a CPU (summed over threads),
+    involuntary switches, and the wall seconds between the readings."""
+
+    waited: float
+    switches: int
+    wall: float
+
+    def share(self) -> float:
+        """Seconds waited per wall second (0 for an empty interval). Summed over threads, so two threads each
+        waiting half the time read 1.0: the cores this process was short of, on average."""
+        return self.waited / self.wall if self.wall > 0 else 0.0
+
+    def __add__(self, other: "Usage") -> "Usage":
+        return Usage(self.waited + other.waited, self.switches + other.switches, self.wall + other.wall)
+
+
+NO_USAGE = Usage(0.0, 0, 0.0)
+
+
+def _switches() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+
+
+class ProcReader:
+    """Run-queue wait and involuntary switches of every task of this process (Linux)."""
+
+    kind = "run-queue wait per thread (/proc/self/task/*/schedstat) and involuntary switches (getrusage)"
+    sees_wait = True
+
+    def __init__(self):
+        self._files, self._gone = {}, 0
+
+    def refresh(self) -> None:
+        """Open the schedstat of tasks started since the last refresh (threads come and go: a pool's workers
+        start at its first use); the wait of tasks that have ended is kept (``_gone``) so readings never
+        go back."""
+        for tid in os.listdir(TASKS):
+            if tid not in self._files:
+                try:
+                    self._files[tid] = os.open(f"{TASKS}/{tid}/schedstat", os.O_RDONLY)
+                except OSError:
+                    continue
+
+    def read(self) -> Reading:
+        wait = self._gone
+        for tid, fd in list(self._files.items()):
+            try:
+                wait += int(os.pread(fd, 96, 0).split()[1])
+            except (OSError, IndexError, ValueError):       # the thread ended: its file reads ESRCH
+                os.close(fd)
+                del self._files[tid]
+        return Reading(wait, _switches(), time.perf_counter())
+
+    def close(self) -> None:
+        for fd in self._files.values():
+            os.close(fd)
+        self._files.clear()
+
+
+class RusageReader:
+    """Involuntary switches only (macOS, BSD: no per-thread run-queue wait): a preempted run is seen, how long
+    it waited is not."""
+
+    kind = "involuntary switches only (getrusage; no run-queue wait on this platform)"
+    sees_wait = False
+
+    def refresh(self) -> None:
+        """Nothing to open."""
+
+    def read(self) -> Reading:
+        return Reading(0, _switches(), time.perf_counter())
+
+
+class NullReader:
+    """No counters (Windows): every run reads as unwaited; the race judges runs by their times alone."""
+
+    kind = "none on this platform (runs judged by their times alone: spikes)"
+    sees_wait = False
+
+    def refresh(self) -> None:
+        """Nothing to open."""
+
+    def read(self) -> Reading:
+        return Reading(0, 0, time.perf_counter())
+
+
+def reader():
+    """The best reader this platform offers."""
+    if os.path.exists(f"{TASKS}/{os.getpid()}/schedstat") and resource is not None:
+        return ProcReader()
+    return RusageReader() if resource is not None else NullReader()
+
+
+def process_usage(pid: int) -> tuple[int, int]:
+    """(ns on a CPU, ns waited on a run queue) summed over every thread of process ``pid`` now, from outside it
+    (a notebook's kernel, a benchmark's child). Raises OSError where ``/proc`` is missing."""
+    cpu = wait = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                on, waited = f.read().split()[:2]
+        except (OSError, ValueError):
+            continue
+        cpu, wait = cpu + int(on), wait + int(waited)
+    return cpu, wait
+
+
+#: what each probe process runs: spin, then print its (ns waited, ns on a CPU) meanwhile.
+_SPIN = """import os, sys, time
+path = f"/proc/self/task/{os.getpid()}/schedstat"
+def counters():
+    with open(path) as f:
+        return [int(v) for v in f.read().split()[:2]]
+on0, wait0 = counters()
+end = time.perf_counter() + float(sys.argv[1])
+while time.perf_counter() < end:
+    pass
+on1, wait1 = counters()
+print(wait1 - wait0, on1 - on0)
+"""
+
+
+def machine_wait_share(seconds: float = 0.3, processes: int | None = None) -> float:
+    """How contended the machine is now, seen from outside any workload: ``processes`` (default: one per core)
+    small Python processes spin for ``seconds`` each, at once, and the share of their time spent waiting for a
+    CPU is returned: ~0 on a quiet machine, ~1/3 beside one process spinning on one of two cores (three
+    runnable threads on two cores). Costs ``seconds`` plus ~30 ms to start the processes. Raises OSError where
+    ``/proc`` is missing."""
+    import subprocess
+    import sys
+    processes = processes or os.cpu_count() or 1
+    probes = [subprocess.Popen([sys.executable, "-S", "-c", _SPIN, str(seconds)], stdout=subprocess.PIPE, text=True)
+              for _ in range(processes)]
+    waited = ran = 0
+    for probe in probes:
+        out, _ = probe.communicate(timeout=seconds + 30)
+        if probe.returncode != 0:
+            raise OSError(f"the contention probe failed (exit {probe.returncode}): no /proc schedstat here?")
+        w, r = (int(v) for v in out.split())
+        waited, ran = waited + w, ran + r
+    return waited / (waited + ran) if waited + ran > 0 else 0.0
