@@ -49,6 +49,8 @@ class Tuner:
     ``graph_mode``: the step runs as a CUDA graph (``autotune.cuda_graph`` sets it), so a GPU candidate's cost
     is its GPU time alone; off (eager), the larger of its GPU time and the host time it takes to issue
     (``race.py``).
+    ``fleet``: None, or the ``autotune.fleet.Fleet`` this tuner joined, which has one rank of a torch.distributed
+    fleet time each missed key and shares its entry (``_tune``).
     """
 
     def __init__(self, algorithms=None, *, devices=None, benchmark=False, deterministic=False,
@@ -66,6 +68,7 @@ class Tuner:
         self.precision, self.abandon_ratio, self.settle_ratio = precision, abandon_ratio, settle_ratio
         self.spike_ratio, self.tie_tolerance, self.prune_ratio = spike_ratio, tie_tolerance, prune_ratio
         self.contention_ratio, self.confirm_after, self.graph_mode = contention_ratio, confirm_after, graph_mode
+        self.fleet = None
         self.shapes = ShapeLog(retune_warning)
         self.table, self._memo, self._hits_since_contended = Table(), {}, {}
         self._tuning = threading.Lock()       # one tuning at a time: timings are not disturbed, a key tunes once
@@ -210,7 +213,7 @@ class Tuner:
             current = self.table.get(call.key)
             if seen < self.confirm_after or current is not entry:
                 return current or entry
-            again = tune(self, call.key, a, b, call.device, registry, out, self.timer or call.device.timer)
+            again = self._tune(call.key, a, b, call.device, registry, out)
             again.confirmed = entry.confirmed + 1
             LOG.info("re-timed %s, measured under contention: %s (was %s)", call.key, again.algo, entry.algo)
             self.table.store(again)
@@ -249,11 +252,19 @@ class Tuner:
             if self.patience is not None and tuned >= self.patience and not self.shapes.knows(key):
                 why = f"patience={self.patience}: {tuned} shapes of this layer tuned"
                 return self.table.store(reused_entry(self, key, registry, device.kind, self._nearest(key), why))
-            entry = self.table.store(tune(self, key, a, b, device, registry, out, self.timer or device.timer))
+            entry = self.table.store(self._tune(key, a, b, device, registry, out))
             self.shapes.record(entry)
         if self._cache_file():
             self.save(self._cache_file())
         return entry
+
+    def _tune(self, key: Key, a, b, device, registry: dict, out) -> Entry:
+        """``tuning.tune`` of ``key`` here, or through ``fleet``: one rank of the fleet times it, every rank gets
+        the entry (``autotune.fleet``)."""
+        timer = self.timer or device.timer
+        if self.fleet is not None:
+            return self.fleet.tune(self, key, a, b, device, registry, out, timer)
+        return tune(self, key, a, b, device, registry, out, timer)
 
     # ---- the table ---------------------------------------------------------------------------------------
     def dispatch_table(self) -> DispatchTable:
