@@ -19,6 +19,10 @@ won't-fix). ``_load_cuda_target`` lends numpy a stand-in ``row_stack`` while tha
 takes it back: numba-cuda registers its overload for a function nobody calls, and your numpy is left as it was.
 Remove it when numba-cuda is dropped or fixed upstream, or when ``numpy<2.5`` is the floor again.
 
+**The simulator's shared arrays.** Under ``NUMBA_ENABLE_CUDASIM=1`` two threads of a block could get two
+different ``cuda.shared.array`` arrays from one line (a wrong answer, issue 40): ``gpu_simulator.py`` makes them
+one, once the target loads.
+
 **Whether the target works here** (``target_problem``): the modules a first compile imports load, and with a
 driver a one-line kernel compiles (numba-cuda without its NVVM, i.e. without the ``[cu12]``/``[cu13]`` extra,
 fails there). ``convalgos.arrays.gpu_problem`` asks it once per process, so a broken compiler is one clear
@@ -38,6 +42,8 @@ import threading
 
 import numba
 import numpy as np
+
+from .gpu_simulator import serialise_shared_arrays
 
 #: the numba-cuda module that answers for an old numpy's function, imported at load (see the module docstring)
 _NUMPY_25_MODULE = "numba.cuda.np.arrayobj"
@@ -70,6 +76,9 @@ try:                                     # numba-cuda's settings; numba's built-
     from numba.cuda.core import config as _config
 except ImportError:                      # pragma: no cover - only without numba-cuda
     from numba.core import config as _config
+
+if _config.ENABLE_CUDASIM:
+    serialise_shared_arrays()
 
 _configuring = threading.Lock()
 
