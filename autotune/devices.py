@@ -36,6 +36,7 @@ from convalgos.backends import BACKENDS
 
 from .graph import refuse_in_capture
 from .measure import Timer
+from .race.clock import wake_pool
 
 
 class CpuDevice:
@@ -81,6 +82,12 @@ class CpuDevice:
 
     def before_candidate(self) -> None:
         """Nothing to drop on the CPU (kept buffers are the algorithms' own, counted in their workspace)."""
+
+    @staticmethod
+    def wake() -> None:
+        """Before each timed run: wake Numba's worker pool, as the layers before a conv do in a step
+        (``race/clock.py``)."""
+        wake_pool()
 
 
 class CudaEventTimer:
@@ -184,6 +191,10 @@ class GpuDevice(CpuDevice):
     def before_candidate(self) -> None:
         import cupy
         cupy.get_default_memory_pool().free_all_blocks()
+
+    @staticmethod
+    def wake() -> None:
+        """Nothing to wake: the host issues a GPU call's launches from the calling thread."""
 
 
 class SimulatedGpuDevice(CpuDevice):

@@ -17,6 +17,7 @@ class Table:
         self._entries: dict[Key, Entry] = {}
         self._foreign, self._notes = [], []   # cache-file entries of another machine or version, kept for saving
         self._counts = {op: [0, 0, 0.0] for op in PASSES}     # hits, misses, tuning seconds
+        self._reraces = 0
         self._lock = threading.Lock()
 
     def hit(self, key: Key, usable) -> Entry | None:
@@ -42,6 +43,14 @@ class Table:
             counts[2] += entry.tuning_seconds
         return entry
 
+    def rerace(self, entry: Entry) -> Entry:
+        """Replace a provisional entry by the one its re-race made (counted as a re-race, with its seconds)."""
+        with self._lock:
+            self._entries[entry.key] = entry
+            self._counts[entry.key.op][2] += entry.tuning_seconds
+            self._reraces += 1
+        return entry
+
     def fell_back(self, entry: Entry, failed: str, name: str, why: str) -> None:
         """``failed``, the choice of ``entry``, raised at a call that ``name`` then served: ``name`` becomes the
         choice, and ``why`` is recorded."""
@@ -62,7 +71,8 @@ class Table:
         passes = {op: PassInfo(h, m, sum(k.op == op for k in self._entries), s)
                   for op, (h, m, s) in self._counts.items()}
         return CacheInfo(sum(p.hits for p in passes.values()), sum(p.misses for p in passes.values()),
-                         len(self._entries), sum(p.tuning_seconds for p in passes.values()), passes, layers)
+                         len(self._entries), sum(p.tuning_seconds for p in passes.values()), passes, layers,
+                         self._reraces, sum(bool(e.provisional) for e in self._entries.values()))
 
     def report(self, layers) -> DispatchTable:
         with self._lock:
@@ -72,6 +82,7 @@ class Table:
         with self._lock:
             self._entries.clear()
             self._counts = {op: [0, 0, 0.0] for op in PASSES}
+            self._reraces = 0
 
     def save(self, path) -> None:
         """Write the benchmark entries to ``path``, merged with what the file holds (atomic, locked)."""

@@ -6,8 +6,9 @@ from dataclasses import asdict, dataclass, field
 
 from convalgos import PASSES, ConvParams
 
-#: the table's counters. ``passes``: pass -> PassInfo; ``layers``: layer -> LayerInfo (shapes.py).
-CacheInfo = namedtuple("CacheInfo", "hits misses entries tuning_seconds passes layers")
+#: the table's counters. ``passes``: pass -> PassInfo; ``layers``: layer -> LayerInfo (shapes.py); ``reraces``:
+#: provisional entries raced again once the machine was quiet; ``provisional``: entries provisional now.
+CacheInfo = namedtuple("CacheInfo", "hits misses entries tuning_seconds passes layers reraces provisional")
 PassInfo = namedtuple("PassInfo", "hits misses entries tuning_seconds")
 #: what ``Tuner.forward_choice`` answers: the algorithm object, the validated layer, the key's entry, and the
 #: device that runs it (``Tuner.run_choice``).
@@ -66,10 +67,13 @@ class Key:
 
 
 #: the report's columns after the name: (header, width).
-COLUMNS = (("median ms", 11), ("runs", 6), ("spikes", 8), ("warm-up ms", 12), ("JIT ms", 10), ("error", 10),
-           ("workspace MiB", 15))
+COLUMNS = (("median ms", 11), ("kept", 6), ("retaken", 9), ("waited", 8), ("spikes", 8), ("warm-up ms", 12),
+           ("JIT ms", 10), ("error", 10), ("workspace MiB", 15))
 #: Entry fields left out of its dict when empty.
-OPTIONAL = ("nonfinite", "jit", "contended", "confirmed", "host_times", "gpu_times", "decided")
+OPTIONAL = ("nonfinite", "jit", "retaken", "waited", "verdict", "provisional", "reraced", "host_times", "gpu_times",
+            "decided")
+#: fields of older files, read as: "contended" (the spike rule's mark) is a provisional mark; "confirmed" is gone.
+LEGACY = {"contended": "provisional", "confirmed": None}
 #: the columns of a GPU entry whose race measured host and GPU time apart (``race.py``).
 SPLIT_COLUMNS = (("host ms", 10), ("GPU ms", 10))
 
@@ -98,8 +102,13 @@ class Entry:
     entries compared with the reference's ("same", "spread" or "wrong: ...", ``measure.judge``), for the
     candidates whose result or reference had any; ``host_times`` and ``gpu_times``: name -> median host seconds
     to issue a call and median GPU seconds of its kernels, where the race measured them apart (the GPU), and
-    ``decided``: which of the two made the choice (``race.py``: ``times`` are then the larger of the two, or
-    the GPU time in graph mode).
+    ``decided``: which of the two made the choice (``race/rounds.py``: ``times`` are then the larger of the
+    two, or the GPU time in graph mode);
+    ``retaken``: name -> runs set aside because its threads waited for a CPU (``race/rounds.py``); ``waited``:
+    name -> seconds its threads waited per second of its runs, retaken ones included; ``verdict``: the judge's
+    shoot-out of the top two (``race/judge.py``: ratio, interval, pairs, outcome), empty when the runner-up
+    was out of reach; ``provisional``: why the choice rests on runs that waited ("" when it does not:
+    ``race/provisional.py``); ``reraced``: how many times this key was raced again once the machine was quiet.
     """
 
     key: Key
@@ -123,8 +132,11 @@ class Entry:
     prepare_bytes: dict = field(default_factory=dict)
     nonfinite: dict = field(default_factory=dict)
     jit: dict = field(default_factory=dict)
-    contended: str = ""
-    confirmed: int = 0
+    retaken: dict = field(default_factory=dict)
+    waited: dict = field(default_factory=dict)
+    verdict: dict = field(default_factory=dict)
+    provisional: str = ""
+    reraced: int = 0
     host_times: dict = field(default_factory=dict)
     gpu_times: dict = field(default_factory=dict)
     decided: str = ""
@@ -141,6 +153,10 @@ class Entry:
     def from_dict(cls, d: dict) -> "Entry":
         d = dict(d)
         d["key"] = Key.from_dict(d["key"])
+        for old, new in LEGACY.items():
+            value = d.pop(old, None)
+            if new and value:
+                d[new] = value
         return cls(**d)
 
     def speedup_over(self, name: str):
@@ -158,9 +174,10 @@ class Entry:
         lines = [f"    {'algorithm':<{width}}" + "".join(f"{h:>{w}}" for h, w in columns)]
         for name in names:
             jit = f"{self.jit[name] * 1e3:.1f}" if name in self.jit else "-"
-            values = (f"{self.times[name] * 1e3:.3f}", str(self.runs.get(name, 0)), str(self.spikes.get(name, 0)),
-                      f"{self.warmup.get(name, 0) * 1e3:.1f}", jit, f"{self.errors.get(name, float('nan')):.1e}",
-                      f"{self.workspace.get(name, 0) / MiB:.1f}")
+            waited = f"{self.waited[name]:.0%}" if name in self.waited else "-"
+            values = (f"{self.times[name] * 1e3:.3f}", str(self.runs.get(name, 0)), str(self.retaken.get(name, 0)),
+                      waited, str(self.spikes.get(name, 0)), f"{self.warmup.get(name, 0) * 1e3:.1f}", jit,
+                      f"{self.errors.get(name, float('nan')):.1e}", f"{self.workspace.get(name, 0) / MiB:.1f}")
             if self.gpu_times:
                 values += tuple(f"{t[name] * 1e3:.3f}" if name in t else "-" for t in (self.host_times, self.gpu_times))
             lines.append(f"    {name + marks[name]:<{width}}" + "".join(f"{v:>{w}}" for v, (_, w) in
@@ -176,15 +193,24 @@ class Entry:
             jit = f" (JIT {sum(self.jit.values()):.3f} s)" if self.jit else ""
             lines.append(f"  benchmark: {self.algo}" + (f" ({', '.join(gains)})" if gains else "")
                          + f"; tuned in {self.tuning_seconds:.3f} s{jit}, ranked by rule {self.rule!r}")
-            if self.contended:
-                again = "re-timed once already; kept" if self.confirmed else "to be re-timed on a later call"
-                lines.append(f"  measured under contention: {self.contended} ({again})")
+            if self.provisional:
+                lines.append(f"  PROVISIONAL: {self.provisional}; to be raced again once the machine is quiet")
+            if self.reraced:
+                lines.append(f"  raced again {self.reraced} time(s) once the machine was quiet"
+                             + ("" if self.provisional else "; its runs no longer waited"))
+            if self.verdict:
+                v = self.verdict
+                close = "CLOSE CALL: " if v["outcome"] == "close call" else ""
+                lines.append(f"  {close}shoot-out {v['second']} / {v['first']} = {v['ratio']:.3f} "
+                             f"[{v['low']:.3f}, {v['high']:.3f}] over {v['pairs']} paired rounds: {v['outcome']} "
+                             f"(tie band +-{v['band']:.0%})")
             if len(self.tied) > 1:
                 lines.append(f"  a tie within the noise: {', '.join(self.tied)}; {self.algo} chosen by the "
                              f"tie-break (deterministic, then smaller workspace, smaller error, name)")
             output = ("each writing into one output kept for the race (the call allocates its own, untimed)"
                       if self.fresh_output else "each writing into the caller's out= buffer")
-            lines.append(f"  times: medians of interleaved runs less spikes, {output}")
+            lines.append(f"  times: medians of interleaved runs, the pool awake, less spikes and runs that waited for "
+                         f"a CPU (retaken: set aside for waiting; waited: seconds waited per second run), {output}")
             if self.decided:
                 lines.append("  a run's time: the larger of its host time (issuing the launches) and its GPU time "
                              "(kernels, between CUDA events), or the GPU time alone in graph mode; decided by "
@@ -246,6 +272,9 @@ class DispatchTable:
         passes = "; ".join(f"{op} {p.entries} entries, {p.misses} misses" for op, p in i.passes.items()
                            if p.entries or p.misses)
         lines = [head] + ([f"  per pass: {passes}"] if passes else [])
+        if i.provisional or i.reraces:
+            lines.append(f"  {i.provisional} provisional (chosen on runs that waited for a CPU), {i.reraces} raced "
+                         f"again once the machine was quiet")
         lines += [f"  {layer}: {li.shapes} input shapes tuned in {li.seconds:.3f} s" for layer, li in i.layers.items()
                   if li.shapes > 1]
         lines += [f"  {n}" for n in self.notes]

@@ -28,6 +28,8 @@ from .devices import DEVICES, device_of
 from .flags import FLAG_CHECKS, flags_set
 from .graph import capturing, refuse_in_capture
 from .heuristics import Heuristics
+from .race import contention
+from .race.quiet import QuietWatch
 from .shapes import ShapeLog, distance, layer_of
 from .store import Table
 from .table import CacheInfo, Choice, DispatchTable, Entry, Key
@@ -48,16 +50,21 @@ class Tuner:
     shapes of one layer; ``patience``: stop timing new shapes of a layer after this many (``shapes.py``).
     ``graph_mode``: the step runs as a CUDA graph (``autotune.cuda_graph`` sets it), so a GPU candidate's cost
     is its GPU time alone; off (eager), the larger of its GPU time and the host time it takes to issue
-    (``race.py``).
+    (``race/clock.py``). The race's settings are described where they act: ``tuning.py`` (steps 3-5),
+    ``race/rounds.py``, ``race/judge.py``, ``race/provisional.py``; ``reader``: the contention reader
+    (``race/contention.py``; tests give a fake), ``quiet``: the ``race/quiet.py`` watch over provisional
+    entries.
     ``fleet``: None, or the ``autotune.fleet.Fleet`` this tuner joined, which has one rank of a torch.distributed
     fleet time each missed key and shares its entry (``_tune``).
     """
 
     def __init__(self, algorithms=None, *, devices=None, benchmark=False, deterministic=False,
                  benchmark_limit=None, workspace_limit=None, patience=None, timer=None, heuristics=None,
-                 cache_path=None, retune_warning=8, time_budget=1.0, cost_cap=20.0, min_runs=3, max_runs=50,
-                 precision=0.01, abandon_ratio=3.0, settle_ratio=1.1, spike_ratio=1.5, tie_tolerance=0.01,
-                 prune_ratio=6.0, contention_ratio=0.3, confirm_after=1, graph_mode=False):
+                 cache_path=None, retune_warning=8, time_budget=1.0, cost_cap=10.0, min_runs=3, max_runs=50,
+                 precision=0.01, abandon_ratio=3.0, settle_ratio=1.1, spike_ratio=1.5, tie_tolerance=0.03,
+                 prune_ratio=6.0, wait_share=0.05, retakes=2, reach=1.15, min_pairs=5, max_pairs=12,
+                 confidence=0.9, shootout_cap=12.0, contention_ratio=0.3, reader=None, quiet=None,
+                 graph_mode=False):
         self.algorithms = algorithms
         self.devices = DEVICES if devices is None else list(devices)
         self.benchmark, self.deterministic, self.patience = benchmark, deterministic, patience
@@ -67,10 +74,14 @@ class Tuner:
         self.time_budget, self.cost_cap, self.min_runs, self.max_runs = time_budget, cost_cap, min_runs, max_runs
         self.precision, self.abandon_ratio, self.settle_ratio = precision, abandon_ratio, settle_ratio
         self.spike_ratio, self.tie_tolerance, self.prune_ratio = spike_ratio, tie_tolerance, prune_ratio
-        self.contention_ratio, self.confirm_after, self.graph_mode = contention_ratio, confirm_after, graph_mode
+        self.wait_share, self.retakes, self.reach, self.confidence = wait_share, retakes, reach, confidence
+        self.min_pairs, self.max_pairs, self.shootout_cap = min_pairs, max_pairs, shootout_cap
+        self.contention_ratio, self.graph_mode = contention_ratio, graph_mode
+        self.reader = contention.reader() if reader is None else reader
+        self.quiet = QuietWatch(self.reader) if quiet is None else quiet
         self.fleet = None
         self.shapes = ShapeLog(retune_warning)
-        self.table, self._memo, self._hits_since_contended = Table(), {}, {}
+        self.table, self._memo = Table(), {}
         self._tuning = threading.Lock()       # one tuning at a time: timings are not disturbed, a key tunes once
         self._cache_loaded = False
 
@@ -198,25 +209,24 @@ class Tuner:
         entry = self._lookup(call.key, registry)
         if entry is None:
             return self._miss(call.key, a, b, call.device, registry, out), registry
-        # a capture defers the confirmation to a later eager call: no timing inside a graph (``graph.py``)
-        if entry.contended and not entry.confirmed and self.benchmark and not capturing():
-            entry = self._confirm(entry, call, a, b, out, registry)
+        # a capture defers the re-race to a later eager call: no timing inside a graph (``graph.py``); a fleet's
+        # ranks re-race together or not at all (``autotune.fleet``), never on one rank's own reading
+        if entry.provisional and self.benchmark and self.fleet is None and not capturing() and self.quiet.quiet():
+            entry = self._rerace(entry, call, a, b, out, registry)
         return entry, registry
 
-    def _confirm(self, entry: Entry, call: Call, a, b, out, registry: dict) -> Entry:
-        """A choice measured under contention (``tuning.contention``) is timed again on its ``confirm_after``-th
-        hit (the next call, by default: still part of a model's first passes, where tuning is expected), once;
-        the new entry replaces it, marked ``confirmed``."""
+    def _rerace(self, entry: Entry, call: Call, a, b, out, registry: dict) -> Entry:
+        """A provisional choice (made on runs that waited for a CPU) raced again now that the machine is quiet
+        (``race/quiet.py``); the new entry replaces it, provisional again only if its runs waited too."""
         with self._tuning:
-            seen = self._hits_since_contended.get(call.key, 0) + 1
-            self._hits_since_contended[call.key] = seen
-            current = self.table.get(call.key)
-            if seen < self.confirm_after or current is not entry:
-                return current or entry
+            if self.table.get(call.key) is not entry:
+                return self.table.get(call.key) or entry
             again = self._tune(call.key, a, b, call.device, registry, out)
-            again.confirmed = entry.confirmed + 1
-            LOG.info("re-timed %s, measured under contention: %s (was %s)", call.key, again.algo, entry.algo)
-            self.table.store(again)
+            again.reraced = entry.reraced + 1
+            self.quiet.raced(bool(again.provisional))
+            LOG.info("re-raced %s, chosen while the cores were shared: %s (was %s)%s", call.key, again.algo,
+                     entry.algo, "; still waiting for a CPU" if again.provisional else "")
+            self.table.rerace(again)
         if self._cache_file():
             self.save(self._cache_file())
         return again

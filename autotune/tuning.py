@@ -25,22 +25,21 @@
    shared output is poisoned with NaN before each candidate's checked run (``measure.poison``), so one that
    leaves an element unwritten cannot pass on the previous candidate's answer: it is rejected. Before it, the
    device drops what the previous candidate left cached (``before_candidate``: the GPU's memory pool).
-3. The race: timed rounds, interleaved. No candidate is judged on one run. A run slower than ``spike_ratio``
-   times the candidate's fastest run (its warm-up included) is a spike: another process took the core. It
-   does not enter the candidate's median (``measure.without_spikes``), nor count as evidence; the warm-up
-   counts as evidence when it is not a spike (then it held no compilation). A candidate whose every run is
-   ``abandon_ratio`` times the best median, over two runs of evidence or three runs of any kind, is abandoned
-   (the cost cap: a slow candidate costs two or three of its runs); one whose fastest is over
-   ``settle_ratio`` times it, over two runs of evidence, stops (it cannot tie the best, so its median needs
-   no more precision). The others run until ``min_runs`` clean runs give their median to ``precision``
-   (MAD/median/sqrt(runs)), or until the timed rounds have cost ``cost_cap`` times the best median (or
-   ``time_budget`` seconds); then each stops once it has ``min_runs`` clean runs (or twice as many runs).
-4. Re-timing: a leader with fewer than ``min_runs`` clean runs is timed again, and so is the runner-up when it
-   was dropped on fewer (it then gets ``min_runs`` timed runs beside the leader before it is judged again):
-   a margin that rests on few runs is checked before it decides.
-5. The choice: the fastest median; near-ties (medians within the measured noise, at least ``tie_tolerance``)
-   are listed in the entry and go to the deterministic one, then the smaller workspace, then the smaller
-   error, then the name, so the choice is stable run to run.
+3. The race (``race/rounds.py``): interleaved rounds, one sample of each candidate per round, each sample
+   taken as a step pays for a call (``race/clock.py``: the worker pool awake, the call timed, the threads'
+   wait for a CPU read around it, ``race/contention.py``). A sample that waited for a CPU is retaken at the
+   end of its round (``retakes`` times at most); a spike (over ``spike_ratio`` times the candidate's fastest,
+   its warm-up included) is no evidence either. Clearly slower candidates leave early (``abandon_ratio``,
+   ``settle_ratio``); the others run until ``min_runs`` clean runs give their median to ``precision`` or the
+   rounds have cost ``cost_cap`` times the best median (``time_budget`` seconds at most).
+4. The judge (``race/judge.py``): when the runner-up's median is within ``reach`` of the leader's, a paired
+   shoot-out of the two decides on the median of their per-round ratios and its distribution-free interval:
+   decided (outside the tie band ``tie_tolerance``), a tie (inside it), or a close call (neither, after
+   ``max_pairs`` pairs or ``shootout_cap`` times the leader's median of extra time).
+5. The choice: the faster of a decided pair, else the race's leader; a tie goes to the deterministic one, then
+   the smaller workspace, the smaller error, the name, so the choice is stable run to run. A choice made on
+   runs that waited for a CPU is marked provisional (``race/provisional.py``) and raced again once the machine
+   is quiet (``race/quiet.py``, ``Tuner``).
 """
 from __future__ import annotations
 
@@ -50,8 +49,10 @@ from convalgos import UnsupportedError
 from convalgos.backends import BACKENDS
 
 from .jit import jit_time
-from .measure import ReferenceCheck, choose, median, poison
-from .race import Race
+from .measure import ReferenceCheck, poison
+from .race import Race, judge
+from .race.clock import Sampler
+from .race.provisional import provisional
 from .table import Entry, Key, MiB
 
 
@@ -158,36 +159,30 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
                              f"(left unwritten: the output was NaN-poisoned before the run)")
         else:
             calls[name] = call
-    race = Race(tuner, calls, entry.warmup, timer, device, registry)
+    reader = tuner.reader
+    reader.refresh()                                   # the threads that exist now (a pool starts at first use)
+    race = Race(tuner, calls, entry.warmup, Sampler(timer, reader, device.wake, tuner.graph_mode), device, registry)
     race.run()
     skipped.update(race.failed)
-    if not race.samples:
+    if not race.rounds:
         raise RuntimeError(no_candidate_left(key, skipped, ranked))
-    clean = race.clean_samples()
-    entry.times = {n: median(s) for n, s in clean.items()}
-    entry.runs = {n: len(s) for n, s in race.samples.items()}
-    entry.samples = {n: list(s) for n, s in race.samples.items()}
+    entry.algo, entry.tied, verdict = judge.choose(race, lambda n: (
+        not registry[n].deterministic, workspace.get(n, 0), entry.errors.get(n, 0.0), n), tuner)
+    entry.times = {n: race.typical(n) for n in race.rounds}
+    entry.runs = {n: len(r) for n, r in race.rounds.items()}
+    entry.samples = dict(race.samples)
     entry.spikes = {n: k for n, k in race.spikes().items() if k}
+    entry.retaken = {n: len(r) for n, r in race.retaken.items() if r}
+    entry.waited = {n: round(race.wait_share(n), 4) for n in race.rounds}
+    entry.verdict = verdict.to_dict() if verdict else {}
     entry.abandoned = race.abandoned
-    entry.algo, entry.tied = choose(clean, tuner.tie_tolerance, lambda n: (
-        not registry[n].deterministic, workspace.get(n, 0), entry.errors.get(n, 0.0), n))
     entry.ranked = [entry.algo] + sorted((n for n in entry.times if n != entry.algo), key=entry.times.get)
     entry.host_times, entry.gpu_times = race.split_medians()
     entry.decided = race.decided(entry.algo)
-    entry.contended = contention(entry.runs, entry.spikes, tuner.contention_ratio)
+    rival = None if verdict is None else (verdict.second if verdict.first == entry.algo else verdict.first)
+    entry.provisional = provisional(race, entry.algo, rival, reader.sees_wait, tuner.contention_ratio)
     entry.tuning_seconds = timer.now() - start
     return entry
-
-
-def contention(runs: dict, spikes: dict, ratio: float) -> str:
-    """Why the race looks measured under contention ("" when it does not): at least ``ratio`` of all timed
-    runs were spikes, as when another thread pool spins on the cores (numpy's OpenBLAS after a user's product,
-    torch's OpenMP after its ops) or another process runs. The tuner confirms such a choice on a later call."""
-    total, spiked = sum(runs.values()), sum(spikes.values())
-    if total >= 6 and spiked >= ratio * total:
-        return (f"{spiked} of {total} timed runs were spikes (over the spike ratio times the candidate's "
-                f"fastest): the cores were shared while it was timed")
-    return ""
 
 
 def no_candidate_left(key: Key, skipped: dict, ranked: list, width: int = 90) -> str:

@@ -17,20 +17,43 @@ from convalgos.registry import SUPPORTED, unsupported
 from autotune import Tuner
 from autotune.heuristics import Heuristics
 from autotune.measure import Timer
+from autotune.race.contention import Reading
 
 NO_RULES = Heuristics({"rules": []})
 
 
 class FakeClock:
+    """Fake seconds, and the fake seconds the process's threads waited for a CPU (``waited``), which the fake
+    algorithms' ``waits`` advance and ``FakeReader`` reads."""
+
     def __init__(self):
-        self.now, self._lock = 0.0, threading.Lock()
+        self.now, self.waited, self.cpu, self._lock = 0.0, 0.0, 0.0, threading.Lock()
+        self.busy_until = 0.0        # a neighbour process runs until then (fakes with ``busy`` slow down)
 
     def __call__(self) -> float:
         return self.now
 
-    def advance(self, seconds: float) -> None:
+    def advance(self, seconds: float, waited: float = 0.0) -> None:
         with self._lock:
             self.now += seconds
+            self.cpu += seconds
+            self.waited += waited
+
+
+class FakeReader:
+    """A contention reader over the fake clock: the waits the fakes declare, nothing of the real machine's."""
+
+    kind = "fake"
+    sees_wait = True
+
+    def __init__(self, clock):
+        self.clock = clock
+
+    def refresh(self) -> None:
+        """Nothing to open."""
+
+    def read(self) -> Reading:
+        return Reading(int(round(self.clock.waited * 1e9)), 0, self.clock.now, int(round(self.clock.cpu * 1e9)))
 
 
 class Fake(Algorithm):
@@ -38,10 +61,13 @@ class Fake(Algorithm):
 
     ``pass_cost``: pass -> cost, where a pass costs otherwise. ``raises``: an exception instance raised from
     call number ``raise_from`` on (0: the first). ``jit``: seconds the first call spends inside Numba's
-    compiler lock (the event ``autotune.jit`` listens to), on top of its cost."""
+    compiler lock (the event ``autotune.jit`` listens to), on top of its cost. ``waits``: seconds the threads
+    wait for a CPU during each call (a list like ``cost``), read by ``FakeReader``; ``busy``: (cost, waits) of a
+    call made while a neighbour runs (before the clock's ``busy_until``)."""
 
     def __init__(self, name, clock, cost, *, deterministic=True, workspace=0, wrong=None, only_3x3=False,
-                 sleep=0.0, raises=None, raise_from=0, flops=None, pass_cost=None, jit=0.0):
+                 sleep=0.0, raises=None, raise_from=0, flops=None, pass_cost=None, jit=0.0, waits=0.0,
+                 busy=None):
         super().__init__()
         self.name, self.clock, self.costs = name, clock, list(cost) if isinstance(cost, (list, tuple)) else [cost]
         self.deterministic, self.ws, self.wrong, self.only_3x3, self.sleep = (deterministic, workspace, wrong,
@@ -49,6 +75,8 @@ class Fake(Algorithm):
         self.raises, self.raise_from, self.flop_count = raises, raise_from, flops
         self.pass_costs = {op: list(c) if isinstance(c, (list, tuple)) else [c] for op, c in (pass_cost or {}).items()}
         self.calls, self.outputs, self.jit = 0, [], jit
+        self.waits = list(waits) if isinstance(waits, (list, tuple)) else [waits]
+        self.busy = busy
 
     def constraints(self, p, op):
         if self.only_3x3 and (p.R, p.S) != (3, 3):
@@ -79,7 +107,11 @@ class Fake(Algorithm):
         elif self.wrong == "last_row":
             out[:, :, -1, :] += 1.0
         costs = self.pass_costs.get(op, self.costs)
-        self.clock.advance(costs[min(self.calls - 1, len(costs) - 1)])
+        if self.busy and self.clock.now < self.clock.busy_until:
+            self.clock.advance(*self.busy)
+        else:
+            self.clock.advance(costs[min(self.calls - 1, len(costs) - 1)],
+                               self.waits[min(self.calls - 1, len(self.waits) - 1)])
         if self.sleep:
             time.sleep(self.sleep)
 
@@ -118,6 +150,7 @@ def arrays(N=2, C=3, H=7, K=4, R=3, seed=0):
 
 def tuner(clock, algos, **kw):
     """A benchmark-mode Tuner over ``algos``, timed by the fake clock, with no heuristic rules by default."""
+    kw.setdefault("reader", FakeReader(clock))
     return Tuner(algos, benchmark=True, timer=fake_timer(clock), heuristics=kw.pop("heuristics", NO_RULES), **kw)
 
 

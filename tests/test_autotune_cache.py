@@ -12,7 +12,7 @@ import pytest
 
 from autotune import Entry, Key, Tuner, cache
 from autotune.heuristics import Heuristics
-from autotune_fakes import FakeClock, fake_timer, fakes
+from autotune_fakes import FakeClock, FakeReader, fake_timer, fakes
 from convalgos import ConvParams
 
 HERE = os.path.dirname(__file__)
@@ -183,7 +183,7 @@ def test_two_processes_saving_different_entries_lose_nothing(tmp_path):
 # ---- through the Tuner and autotune.conv2d -----------------------------------------------------------------
 def tuner(path):
     clock = FakeClock()
-    return Tuner(fakes(clock, a=1e-3, b=2e-3), benchmark=True, timer=fake_timer(clock),
+    return Tuner(fakes(clock, a=1e-3, b=2e-3), benchmark=True, timer=fake_timer(clock), reader=FakeReader(clock),
                  heuristics=Heuristics({"rules": []}), cache_path=path)
 
 
@@ -227,9 +227,9 @@ ENV = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     from autotune import Tuner
     from autotune.heuristics import Heuristics
-    from autotune_fakes import FakeClock, fake_timer, fakes
+    from autotune_fakes import FakeClock, FakeReader, fake_timer, fakes
     clock = FakeClock()
-    t = Tuner(fakes(clock, a=1e-3, b=2e-3), benchmark=True, timer=fake_timer(clock),
+    t = Tuner(fakes(clock, a=1e-3, b=2e-3), benchmark=True, timer=fake_timer(clock), reader=FakeReader(clock),
               heuristics=Heuristics({{"rules": []}}), cache_path=__import__('autotune').tuner.ENV)
     for H in range(5, 9):
         t.conv2d(np.ones((1, 2, H, H), np.float32), np.ones((3, 2, 3, 3), np.float32))

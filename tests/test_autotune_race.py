@@ -1,5 +1,6 @@
-"""The tuner's race against noise, with fake algorithms and a fake clock (no timing asserted): warm-ups apart,
-no candidate judged on one run, spikes recognised, few-run margins re-timed, the cost cap, pruning."""
+"""The tuner's race against noise, with fake algorithms, a fake clock and fake contention readings (no timing
+asserted): warm-ups apart, no candidate judged on one run, runs that waited retaken, spikes recognised, a
+leader on few runs timed again, slow candidates out early, the cost cap, pruning."""
 import pytest
 
 from autotune.heuristics import Heuristics
@@ -36,11 +37,13 @@ def test_runs_that_are_all_spikes_beside_a_clean_warmup_do_not_decide():
     assert entry.samples["fast"][:4] == pytest.approx([5e-3, 5e-3, 5e-3, 1e-3]) and len(entry.samples["fast"]) == 6
 
 
-def test_runner_up_dropped_on_few_runs_is_retimed_beside_the_leader():
+def test_a_run_that_waited_for_a_cpu_is_retaken_and_does_not_decide():
     clock = FakeClock()
-    # b's warm-up and first run were slow together (a busy neighbour); re-timed, it is the faster
-    entry = tuned(clock, fakes(clock, a=1e-3, b=[1.2e-3, 1.2e-3, 0.8e-3]))
-    assert entry.algo == "b" and entry.runs["b"] >= 3
+    # b's first timed run waited 0.4 ms for a CPU (a busy neighbour): set aside and retaken, it is the faster
+    entry = tuned(clock, fakes(clock, a=1e-3, b=([0.8e-3, 1.2e-3, 0.8e-3], {"waits": [0.0, 0.4e-3, 0.0]})))
+    assert entry.algo == "b" and entry.retaken == {"b": 1} and entry.runs["b"] >= 3
+    assert 1.2e-3 not in entry.samples["b"] and not entry.provisional
+    assert entry.waited["b"] > 0 and entry.waited["a"] == 0
 
 
 def test_a_winner_left_with_few_runs_is_retimed():
@@ -53,8 +56,8 @@ def test_a_winner_left_with_few_runs_is_retimed():
 def test_clearly_slower_candidate_stops_early_the_best_refines():
     clock = FakeClock()
     entry = tuned(clock, fakes(clock, best=[1e-3, 1e-3, 1.1e-3, 0.9e-3], second=1.5e-3))   # best's runs are noisy
-    # second stops after two runs (warm-up and one timed), then, as the runner-up, is re-timed to min_runs
-    assert entry.algo == "best" and entry.runs["second"] == 3 and entry.runs["best"] >= 3
+    # second leaves after two runs (warm-up and one timed): 1.5x is beyond a tie and beyond the judge's reach
+    assert entry.algo == "best" and entry.runs["second"] == 1 and entry.runs["best"] >= 3 and not entry.verdict
 
 
 def test_cost_cap_ends_the_race_of_near_ties():

@@ -1,92 +1,120 @@
-"""The race of one key's candidates (steps 3 and 4 of ``tuning.py``): interleaved timed rounds (``measure.rotate``)
-until each candidate's median is known well enough, or it is abandoned or can no longer tie the best; then a
-re-timing of a leader, or of a runner-up, that rests on few clean runs.
+"""The race of one key's candidates: interleaved rounds of samples (``clock.py``), a sample that waited for a
+CPU retaken, slow candidates leaving early, until the leaders are known; ``judge.py`` then decides between the
+top two on paired ratios.
 
-What a run costs the step. On the CPU a run's wall time is its cost. On the GPU a call has two costs: the host
-time it takes to issue its launches (Python, argument conversion, 17-80 us per Numba launch) and the GPU time
-of its kernels; an eager step pays the larger of the two per call, since the host issues the next call while
-the GPU runs this one, whereas a step replayed as a CUDA graph (``graph.py``) pays its GPU time only, the host
-having issued it once at capture. cuDNN's benchmark mode times GPU time only, which chose the slower step on
-a host-bound ResNet-20 (0.89x the heuristic's on an H200). So where the timer measures both (``time_both``:
-the GPU's ``CudaEventTimer``), a run's cost is ``max(host, gpu)``, or ``gpu`` in the tuner's ``graph_mode``;
-both are kept per candidate, and ``decided`` says which one made the choice."""
+A round takes one sample of each candidate still racing, the first round in ranked order, each later one in a
+fresh (seeded) order (``measure.rotate`` says why). A sample whose threads waited for a CPU more than
+``wait_share`` of its time (another process had the core) is not evidence of the algorithm's speed: it is set
+aside and retaken at the end of the round, at most ``retakes`` times, so a neighbour that comes and goes in
+bursts of tens of milliseconds is waited out. A neighbour that stays makes every retake wait too: the last
+one is kept, marked, and the choice made on such samples is provisional (``provisional.py``); after two
+rounds in which no retake came back clean the race stops retaking (they would only triple its cost).
+
+After each round, a candidate leaves the race:
+
+- abandoned, when all of its runs (warm-up included), over two clean runs or three of any kind, took at least
+  ``abandon_ratio`` times the leader's median: a 5x slower candidate costs two or three of its runs;
+- settled, when two clean runs show its fastest over ``settle_ratio`` times the leader's median: it cannot tie;
+- done, with ``min_runs`` clean runs and its median known to ``precision`` (MAD/median/sqrt(n)), or when the
+  rounds have cost ``cost_cap`` times the leader's median (or ``time_budget`` seconds) and it has ``min_runs``
+  clean runs (or twice as many of any kind); at ``max_runs`` in any case.
+
+A candidate that stopped early behind a leader that then slowed down may end up leading on one or two runs:
+it and the runner-up run more rounds until it has ``min_runs`` clean ones.
+
+"Clean": neither a spike (over ``spike_ratio`` times the candidate's fastest run, its warm-up included: a
+page fault, an interrupt, what the readings do not see; ``measure.without_spikes``) nor a run that waited.
+
+Every round is kept by number, so two candidates' samples of one round, taken a few milliseconds apart under
+the same conditions, form a pair: ``pairs(a, b)`` is what the judge's ratios are made of, and ``extend([a, b])``
+runs more rounds of those two alone.
+
+What a run costs the step: on the CPU its wall time; on the GPU the larger of the host time to issue its
+launches and the GPU time of its kernels, or the GPU time alone in graph mode (``clock.Sampler``); cuDNN's
+benchmark mode times GPU time only, which chose the slower step on a host-bound ResNet-20 (0.89x the
+heuristic's on an H200). ``decided`` says which of the two made the choice.
+"""
 from __future__ import annotations
 
-from ..measure import median, noise, rotate, without_spikes
+import random
+
+from ..measure import median, noise, without_spikes
 
 
 class Race:
-    """Interleaved timed rounds over the candidates that passed the check (steps 3 and 4). A candidate's
-    typical time is the median of its runs that are not spikes (``measure.without_spikes``, the warm-up as
-    a floor)."""
+    """Rounds over the candidates that passed the check. ``settings``: the Tuner (its race settings);
+    ``calls``: name -> the call; ``warmup``: name -> seconds of its warm-up run; ``sampler``: a
+    ``clock.Sampler``."""
 
-    def __init__(self, settings, calls: dict, warmup: dict, timer, device, registry: dict):
-        self.s, self.calls, self.warmup, self.timer = settings, calls, warmup, timer
+    def __init__(self, settings, calls: dict, warmup: dict, sampler, device, registry: dict):
+        self.s, self.calls, self.warmup, self.sampler = settings, calls, warmup, sampler
         self.device, self.registry = device, registry
-        self.samples = {name: [] for name in calls}
-        self.split = hasattr(timer, "time_both")          # host and GPU time apart (module docstring)
-        self.graph_mode = getattr(settings, "graph_mode", False)
-        self.host, self.gpu = {name: [] for name in calls}, {name: [] for name in calls}
-        self.abandoned, self.failed, self.spent, self.retimed, self.retiming = {}, {}, 0.0, set(), None
+        self.rounds = {name: {} for name in calls}       # name -> round number -> the Sample kept
+        self.retaken = {name: [] for name in calls}      # name -> the samples set aside for waiting
+        self.abandoned, self.failed, self.spent, self.done, self.steady = {}, {}, 0.0, 0, 0
+        self._order = random.Random(0)
 
-    def run(self) -> None:
-        self._rounds(list(self.calls))
-        for _ in range(3):          # re-time a leader on few runs, and a runner-up dropped on few runs
-            if not self.samples:
-                return
-            leader, runner = self.leader(), self._runner_up()
-            if runner is None and len(self.clean(leader)) >= self.s.min_runs:
-                return
-            self.abandoned.pop(runner, None)
-            self.retimed.add(runner)
-            self.retiming = runner
-            self._rounds([leader] + ([runner] if runner else []))
+    # ---- what has been measured -----------------------------------------------------------------------
+    @property
+    def samples(self) -> dict:
+        """name -> seconds of its kept runs, in order (the candidates still in the race: not failed)."""
+        return {n: [s.seconds for s in r.values()] for n, r in self.rounds.items()}
+
+    def waited(self, sample) -> bool:
+        return sample.wait_share() > self.s.wait_share
+
+    def clean_rounds(self, name: str) -> dict:
+        """round -> seconds of ``name``'s kept runs that neither waited nor were spikes."""
+        quiet = {r: s.seconds for r, s in self.rounds[name].items() if not self.waited(s)}
+        keep = without_spikes(list(quiet.values()), self.s.spike_ratio, self.warmup[name])
+        low = max(keep, default=-1.0)
+        return {r: t for r, t in quiet.items() if t <= low}
 
     def clean(self, name: str) -> list:
-        """The timed runs of ``name`` that are not spikes."""
-        return without_spikes(self.samples[name], self.s.spike_ratio, self.warmup[name])
+        """The seconds of ``name``'s kept runs that neither waited nor were spikes."""
+        return list(self.clean_rounds(name).values())
 
-    def clean_samples(self) -> dict:
-        """name -> its runs that are not spikes (all its runs where every one was)."""
-        return {name: self.clean(name) or self.samples[name] for name in self.samples}
+    def kept(self, name: str) -> list:
+        """The seconds its median is taken over: its clean runs, else (every run waited or spiked: a neighbour
+        that stayed) all its kept runs."""
+        return self.clean(name) or self.samples[name]
 
     def typical(self, name: str) -> float:
-        return median(self.clean(name) or self.samples[name])
+        return median(self.kept(name))
 
     def leader(self) -> str:
-        return min(self.samples, key=self.typical)
+        return min(self.rounds, key=self.typical)
 
     def spikes(self) -> dict:
-        """name -> how many of its timed runs were spikes."""
-        return {name: len(runs) - len(self.clean(name)) for name, runs in self.samples.items()}
+        """name -> how many of its kept runs that did not wait were spikes."""
+        out = {}
+        for name, rounds in self.rounds.items():
+            quiet = [s.seconds for s in rounds.values() if not self.waited(s)]
+            out[name] = len(quiet) - len(without_spikes(quiet, self.s.spike_ratio, self.warmup[name]))
+        return out
 
-    def _evidence(self, name: str) -> int:
-        """How many runs, the warm-up among them, are not spikes."""
-        runs, warm = self.samples[name], self.warmup[name]
-        low = min(runs + [warm])
-        return sum(t <= self.s.spike_ratio * low for t in runs + [warm])
+    def waited_kept(self, name: str) -> int:
+        """How many of its kept runs waited for a CPU (every retake of them waited too)."""
+        return sum(self.waited(s) for s in self.rounds[name].values())
 
-    def _time(self, name: str) -> None:
-        try:
-            if self.split:
-                host, gpu = self.timer.time_both(self.calls[name])
-                self.host[name].append(host)
-                self.gpu[name].append(gpu)
-                seconds = gpu if self.graph_mode else max(host, gpu)
-            else:
-                seconds = self.timer.time(self.calls[name])
-        except Exception as e:  # noqa: BLE001 - a candidate failing mid-race is dropped, with its error
-            self.failed[name] = f"failed while timed: {type(e).__name__}: {e}"
-            self.device.release(self.registry[name])
-            del self.samples[name]
-            return
-        self.samples[name].append(seconds)
-        self.spent += seconds
+    def wait_share(self, name: str) -> float:
+        """Seconds its threads waited per second of its runs, over every run taken, retaken ones included."""
+        every = list(self.rounds[name].values()) + self.retaken[name]
+        total = sum(s.seconds for s in every)
+        return sum(s.usage.waited for s in every) / total if total > 0 else 0.0
+
+    def pairs(self, a: str, b: str) -> list:
+        """(a's seconds, b's seconds) of every round in which both were timed and neither run waited or was a
+        spike: the paired evidence the judge decides on."""
+        ca, cb = self.clean_rounds(a), self.clean_rounds(b)
+        return [(ca[r], cb[r]) for r in sorted(ca.keys() & cb.keys())]
 
     def split_medians(self) -> tuple[dict, dict]:
-        """(name -> median host seconds per call, name -> median GPU seconds), of the candidates still racing."""
-        return ({n: median(self.host[n]) for n in self.samples if self.host[n]},
-                {n: median(self.gpu[n]) for n in self.samples if self.gpu[n]})
+        """(name -> median host seconds per call, name -> median GPU seconds), where measured apart."""
+        host = {n: median([s.host for s in r.values()]) for n, r in self.rounds.items()
+                if r and next(iter(r.values())).host is not None}
+        gpu = {n: median([s.gpu for s in r.values()]) for n, r in self.rounds.items() if n in host}
+        return host, gpu
 
     def decided(self, choice: str) -> str:
         """Which time made ``choice``: GPU time in graph mode; else host or GPU time, whichever was the larger
@@ -94,7 +122,7 @@ class Race:
         host, gpu = self.split_medians()
         if choice not in gpu:
             return ""
-        if self.graph_mode:
+        if self.sampler.graph_mode:
             return "GPU time (graph mode: the step replays as a CUDA graph, its host cost paid once at capture)"
         by_gpu = min(gpu, key=gpu.get)
         which = "host time" if host[choice] > gpu[choice] else "GPU time"
@@ -105,45 +133,86 @@ class Race:
                     f"{host[by_gpu] * 1e3:.3f} ms on the host)")
         return why
 
-    def _rounds(self, active: list) -> None:
-        rotate(active, self._time, self._still_active)
+    # ---- running it ---------------------------------------------------------------------------------------
+    def run(self) -> None:
+        """Rounds over every candidate until each has left the race (module docstring)."""
+        active = list(self.calls)
+        while active:
+            self.round(active)
+            active = self._still_active(active)
+        for _ in range(3):      # a leader that stopped early, behind one that later slowed, gets min_runs clean runs
+            if not self.rounds:
+                return
+            order = sorted(self.rounds, key=self.typical)
+            short = self.s.min_runs - len(self.kept(order[0]))
+            if short <= 0 or len(self.rounds[order[0]]) >= self.s.max_runs:
+                return
+            self.extend(order[:2], short)
 
-    def _still_active(self, active: list, done: int) -> list:
-        """After a round: the candidates that run another (``_continues``)."""
-        if not self.samples:
+    def extend(self, names: list, rounds: int = 1) -> None:
+        """``rounds`` more rounds of ``names`` alone (the judge's shoot-out)."""
+        for _ in range(rounds):
+            self.round([n for n in names if n in self.rounds])
+
+    def round(self, names: list) -> None:
+        """One sample of each of ``names``; the ones that waited retaken at the end of the round."""
+        names = list(names)
+        if self.done:
+            self._order.shuffle(names)
+        retakes = self.s.retakes if self.steady < 2 else 0
+        retaken = recovered = 0
+        for attempt in range(retakes + 1):
+            again = []
+            for name in names:
+                sample = self._take(name)
+                if sample is None:
+                    continue
+                if self.waited(sample) and attempt < retakes:
+                    self.retaken[name].append(sample)
+                    again.append(name)
+                else:
+                    self.rounds[name][self.done] = sample
+                    recovered += attempt > 0 and not self.waited(sample)
+            retaken += len(again)
+            names = again
+        # a neighbour that stays: two rounds in a row in which no retake came back clean end the retakes
+        self.steady = self.steady + 1 if retaken and not recovered else 0 if retaken else self.steady
+        self.done += 1
+
+    def _take(self, name: str):
+        try:
+            sample = self.sampler.take(self.calls[name])
+        except Exception as e:  # noqa: BLE001 - a candidate failing mid-race is dropped, with its error
+            self.failed[name] = f"failed while timed: {type(e).__name__}: {e}"
+            self.device.release(self.registry[name])
+            del self.rounds[name], self.retaken[name]
+            return None
+        self.spent += sample.seconds
+        return sample
+
+    def over_budget(self) -> bool:
+        """The rounds have cost ``cost_cap`` times the leader's median, or ``time_budget`` seconds."""
+        return bool(self.rounds) and self.spent >= min(self.s.time_budget, self.s.cost_cap * self.typical(self.leader()))
+
+    def _still_active(self, active: list) -> list:
+        if not self.rounds:
             return []
         leader = self.leader()
-        best = self.typical(leader)
-        over = self.spent >= min(self.s.time_budget, self.s.cost_cap * best)
-        return [n for n in active if n in self.samples and self._continues(n, leader, best, over)]
+        best, over = self.typical(leader), self.over_budget()
+        return [n for n in active if n in self.rounds and self._continues(n, leader, best, over)]
 
     def _continues(self, name: str, leader: str, best: float, over: bool) -> bool:
-        runs, evidence = self.samples[name], self._evidence(name)
+        runs, clean = self.samples[name], self.clean(name)
         every = runs + [self.warmup[name]]
+        evidence = len(clean) + (self.warmup[name] <= self.s.spike_ratio * min(every))
         fastest = min(every)
-        if name == self.retiming and len(runs) < self.s.min_runs:
-            return True                 # a runner-up re-timed gets min_runs timed runs before it is judged again
         if name != leader and best > 0:
-            # two runs that are not spikes, or three runs of any kind, all that slow
             if (evidence >= 2 or len(every) >= 3) and fastest >= self.s.abandon_ratio * best:
                 self.abandoned[name] = (f"all {len(every)} of its runs (warm-up included) took at least "
                                         f"{fastest / best:.1f}x the best median (abandon_ratio={self.s.abandon_ratio})")
                 return False
             if evidence >= 2 and fastest > self.s.settle_ratio * best:
                 return False            # it cannot tie the best: its median needs no more precision
-        clean = self.clean(name)
-        if len(runs) >= self.s.max_runs or (over and len(runs) >= 2 * self.s.min_runs):
+        if len(runs) >= self.s.max_runs or (over and (len(clean) >= self.s.min_runs or len(runs) >= 2 * self.s.min_runs)):
             return False
         return len(clean) < self.s.min_runs or not (over or noise(clean) <= self.s.precision)
-
-    def _runner_up(self):
-        """The fastest candidate dropped on fewer than ``min_runs`` clean runs, when within reach of the leader."""
-        if len(self.samples) < 2:
-            return None
-        leader = self.leader()
-        early = [n for n in self.samples
-                 if n != leader and len(self.clean(n)) < self.s.min_runs and n not in self.retimed]
-        if not early:
-            return None
-        runner = min(early, key=lambda n: min(self.samples[n]))
-        return runner if min(self.samples[runner]) < self.s.abandon_ratio * self.typical(leader) else None

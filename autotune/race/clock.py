@@ -1,0 +1,84 @@
+"""One sample of a candidate, taken as a training step pays for a call: the worker pool awake, the call timed,
+and how long the process's threads waited for a CPU meanwhile.
+
+What a call costs inside a step. Between two convolutions of a step run other layers (BatchNorm, ReLU,
+pooling) on the same thread pool, so when a conv starts its workers are awake. Between two timed runs of a
+race runs the tuner's own Python (bookkeeping, the readings), long enough for the pool's workers to go to
+sleep (Numba's OpenMP after ~0.1 ms of spinning, as convalgos sets it): a run timed right after would pay
+their wake-up, 28-250 us on these VMs, which is not the algorithm's time and which a 100 us kernel cannot
+hide. Measured before this rule (2026-12-05, Intel Xeon): single calls timed after the tuner's work and the
+same calls timed back to back disagreed by up to 35% on which algorithm of a sub-millisecond layer was
+fastest, and a first tuning chose ``implicit_gemm`` over ``depthwise`` at 62% regret.
+
+So a sample is:
+
+1. ``wake()``: a parallel region that does nothing (``wake_pool``), so every worker is running when the call
+   starts, as in a step (a few us with the pool awake; the wake-up cost, when it sleeps, lands here);
+2. a reading of the threads' run-queue wait (``contention.py``);
+3. the call, timed by the device's timer (wall clock; on the GPU host and GPU time apart);
+4. a reading again: ``Sample.waited`` is what the threads waited for a CPU during the call.
+
+``bench.regret`` judges the tuner's choices by the same rule (``Sampler``), so the judge and the race agree on
+what "fastest" means.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import numba
+import numpy as np
+
+from .contention import NO_USAGE, Usage
+
+
+@numba.njit(parallel=True, cache=True)
+def _spread(n):
+    total = 0
+    for i in numba.prange(n):
+        total += i
+    return total
+
+
+def wake_pool() -> None:
+    """Run one empty parallel region over Numba's threads: after it, every worker is awake (spinning)."""
+    _spread(numba.get_num_threads())
+
+
+class Sample(NamedTuple):
+    """One timed call: ``seconds`` its cost (wall time; on the GPU the larger of host and GPU time, or the GPU
+    time in graph mode, ``rounds.py``), ``usage`` what the threads waited meanwhile, ``host`` and ``gpu`` the
+    two times where the timer measures them apart (else None)."""
+
+    seconds: float
+    usage: Usage = NO_USAGE
+    host: float | None = None
+    gpu: float | None = None
+
+    def wait_share(self) -> float:
+        """Seconds the threads waited for a CPU per second of the call: how much of it was contention."""
+        return self.usage.waited / self.seconds if self.seconds > 0 else 0.0
+
+
+class Sampler:
+    """Takes samples with ``timer`` (``time(fn)``, or ``time_both(fn)`` for host and GPU time), the contention
+    ``reader`` (``contention.reader()`` or a fake) and ``wake`` (the device's: ``wake_pool`` on the CPU, nothing
+    on the GPU). ``graph_mode``: a GPU sample's cost is its GPU time alone (the step replays as a CUDA graph)."""
+
+    def __init__(self, timer, reader, wake=wake_pool, graph_mode=False):
+        self.timer, self.reader, self.wake, self.graph_mode = timer, reader, wake, graph_mode
+        self.split = hasattr(timer, "time_both")
+
+    def take(self, fn) -> Sample:
+        self.wake()
+        before = self.reader.read()
+        if self.split:
+            host, gpu = self.timer.time_both(fn)
+            seconds = gpu if self.graph_mode else max(host, gpu)
+        else:
+            host = gpu = None
+            seconds = self.timer.time(fn)
+        return Sample(seconds, self.reader.read() - before, host, gpu)
+
+
+def median_of(samples) -> float:
+    return float(np.median([s.seconds for s in samples]))
