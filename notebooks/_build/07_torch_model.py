@@ -18,7 +18,9 @@
 # machine and this run.
 
 # %%
-import copy, os, time
+import copy, time
+import machine      # notebooks/machine.py: the header every notebook prints
+machine.describe()
 import autotune, autotune.torch    # first: it sets how OpenMP threads wait, which torch reads when it loads
 import torch
 import numpy as np
@@ -32,10 +34,6 @@ loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(x_train, y_t
                                      shuffle=True, drop_last=True)      # one batch shape: tuned once
 print(f"training images {tuple(x_train.shape)}, held out {tuple(x_test.shape)}; {len(loader)} batches of {BATCH} "
       f"per epoch; torch {torch.__version__} with {torch.get_num_threads()} threads")
-load = os.getloadavg()[0]
-print(f"this machine: {os.cpu_count()} cores, load average {load:.1f}"
-      + (" (above the core count: other processes share the cores, timings below are disturbed)"
-         if load > os.cpu_count() else ""))
 
 # %% [markdown]
 # ## The model: plain torch
@@ -64,9 +62,31 @@ print(initial)
 # ## Training, three ways
 #
 # The loop is torch's; only `convert` differs. Each run has its own `autotune.Tuner` (its own dispatch table),
-# so benchmark off and on do not share choices. The runs start from the same weights and see the same batches. Each step is timed, the first apart: with benchmark mode on it
-# times every candidate algorithm of every pass of every layer (and Numba loads its compiled kernels on first
-# use in a process, in every run).
+# so benchmark off and on do not share choices. The runs start from the same weights and see the same
+# batches. Each step is timed; with benchmark mode on, the first step times every candidate algorithm of
+# every pass of every layer. Numba loads each compiled kernel on its first use in a process: a cost of this
+# library, not of either mode, and one that whichever run came first would pay alone. So every algorithm
+# first runs every pass of each conv layer once, on a small batch:
+
+# %%
+import convalgos
+start = time.perf_counter()
+shape = (2, 1, 32, 32)
+for conv in [m for m in initial.modules() if isinstance(m, nn.Conv2d)]:
+    xs = np.random.default_rng(0).standard_normal(shape, dtype=np.float32)
+    ws = conv.weight.detach().numpy()
+    layer = dict(stride=conv.stride, padding=conv.padding, dilation=conv.dilation, groups=conv.groups)
+    ys = convalgos.conv2d(xs, ws, **layer)
+    for algo, a in convalgos.ALGORITHMS.items():
+        ps = convalgos.ConvParams.from_arrays(xs, ws, **layer)
+        if a.supports(ps, "forward"):
+            convalgos.conv2d(xs, ws, algo=algo, **layer)
+        if a.supports(ps, "backward_data"):
+            convalgos.conv2d_input(xs.shape, ws, ys, algo=algo, **layer)
+        if a.supports(ps, "backward_filter"):
+            convalgos.conv2d_weight(xs, ws.shape, ys, algo=algo, **layer)
+    shape = (2, conv.out_channels, ys.shape[2] // 2, ys.shape[3] // 2)      # after the pool that follows
+print(f"compiled / loaded every kernel of every pass in {time.perf_counter() - start:.1f} s")
 
 # %%
 def train(model):
@@ -97,6 +117,15 @@ for label, model in models.items():
     tuning = f", tuning {tuners[label].cache_info().tuning_seconds:.2f} s" if label in tuners else ""
     print(f"{label:<14} {len(seconds)} steps in {seconds.sum():5.2f} s (first step {seconds[0] * 1e3:5.0f} ms"
           f"{tuning}), held-out accuracy {accuracy:.1%}")
+
+total = {label: r["seconds"].sum() for label, r in results.items()}
+fastest = min(total, key=total.get)
+print(f"\nover the {len(seconds)} steps, {fastest} took the least time: "
+      + ", ".join(f"{label} {t:.2f} s ({t / total[fastest]:.2f}x)" for label, t in total.items()))
+tuning = tuners["benchmark on"].cache_info().tuning_seconds
+verdict = "won" if total["benchmark on"] < total["benchmark off"] else "lost"
+print(f"benchmark on {verdict} against benchmark off over the whole run ({total['benchmark on']:.2f} s against "
+      f"{total['benchmark off']:.2f} s), its {tuning:.2f} s of tuning included")
 
 twin = copy.deepcopy(initial).eval()                     # plain torch, holding the benchmark-on run's weights
 twin.load_state_dict(models["benchmark on"].state_dict())
@@ -141,17 +170,24 @@ for label, t in steady.items():
     print(f"{label:<14} steady step {t * 1e3:6.1f} ms ({measure.noise(samples[label]):.1%} noise), "
           f"{t / steady['plain torch']:.2f}x plain torch's")
 on, off = steady["benchmark on"], steady["benchmark off"]
+steps_run = len(results["benchmark on"]["seconds"])
 tied = len(measure.tied_with_fastest({k: samples[k] for k in tuners}, tie_tolerance=0.01)) == 2
-tuning = tuners["benchmark on"].cache_info().tuning_seconds
 if tied:
     print(f"benchmark on and off tie within the noise: the tuned choices buy nothing over the heuristic's here, "
           f"and the {tuning:.1f} s of tuning are not paid back")
 elif on < off:
+    payback = tuning / (off - on)
     print(f"benchmark on is {off / on:.2f}x faster per step than off: its {tuning:.1f} s of tuning are paid back "
-          f"after about {tuning / (off - on):.0f} steps")
+          f"after about {payback:.0f} steps ({payback / len(loader):.0f} epochs of {len(loader)}); this run trained "
+          f"{steps_run} steps, so " + ("it was paid back" if payback <= steps_run else "it was not paid back here"))
 else:
     print(f"benchmark on is {on / off:.2f}x slower per step than off: the choices made during one tuning do not "
           f"hold in this re-measurement, and its {tuning:.1f} s of tuning are lost")
+best = min(steady, key=steady.get)
+print(f"fastest steady step: {best}" + ("" if best == "plain torch" else
+      f"; plain torch's step takes {steady['plain torch'] / steady[best]:.2f}x its time")
+      + (f" (tied with it within the noise: {', '.join(n for n in measure.tied_with_fastest(samples, 0.01) if n != best)})"
+         if len(measure.tied_with_fastest(samples, 0.01)) > 1 else ""))
 
 # %% [markdown]
 # ## What benchmark mode chose: the report
@@ -190,8 +226,10 @@ for op, e in entries.items():
         print(f"    chose {e.algo}, {e.times[runner] / e.times[e.algo]:.2f}x faster than the next, {runner}"
               + (f" (a tie within the noise: {', '.join(e.tied)})" if len(e.tied) > 1 else ""))
 distinct = sorted(set(chosen[name].values()))
+everywhere = sorted({a for passes in chosen.values() for a in passes.values()})
 print(f"\n{name}'s {len(chosen[name])} passes chose {len(distinct)} distinct algorithm(s): {', '.join(distinct)}"
-      + ("" if len(distinct) > 1 else "; on this machine and run one algorithm won every pass of every layer"))
+      + ("" if len(distinct) > 1 else "; no layer's passes chose more on this run")
+      + f". Over every layer and pass: {', '.join(everywhere)}")
 
 # %% [markdown]
 # How to read it: each pass lists its candidates fastest first, the star on the choice. Where the passes of one
