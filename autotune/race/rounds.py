@@ -104,10 +104,17 @@ class Race:
         return sum(s.usage.waited for s in every) / total if total > 0 else 0.0
 
     def pairs(self, a: str, b: str) -> list:
-        """(a's seconds, b's seconds) of every round in which both were timed and neither run waited or was a
-        spike: the paired evidence the judge decides on."""
+        """(a's seconds, b's seconds) of the rounds in which both were timed and neither run waited or was a
+        spike: the paired evidence the judge decides on. Beside a neighbour that stayed (fewer than
+        ``min_pairs`` such rounds), the rounds in which both ran alike, waiting included: what is fastest under
+        the conditions measured (the choice is then provisional)."""
         ca, cb = self.clean_rounds(a), self.clean_rounds(b)
-        return [(ca[r], cb[r]) for r in sorted(ca.keys() & cb.keys())]
+        clean = [(ca[r], cb[r]) for r in sorted(ca.keys() & cb.keys())]
+        if len(clean) >= self.s.min_pairs:
+            return clean
+        ra, rb = self.rounds[a], self.rounds[b]
+        return [(ra[r].seconds, rb[r].seconds) for r in sorted(ra.keys() & rb.keys())
+                if self.waited(ra[r]) == self.waited(rb[r])]
 
     def split_medians(self) -> tuple[dict, dict]:
         """(name -> median host seconds per call, name -> median GPU seconds), where measured apart."""

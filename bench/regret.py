@@ -1,0 +1,107 @@
+"""The tuner's regret: does benchmark mode keep the fastest, quietly, beside a neighbour, and once it has gone?
+
+    python -m bench.regret                      # every import order, a fresh process each; cpu-regret.md
+    python -m bench.regret --orders convalgos --layers 4      # a quick look
+
+In a fresh process per import order (``bench.orders``), for each of a dozen layers (``regret_layers.py``),
+each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
+
+1. first: the first tuning in the process (kernels loaded from Numba's cache: that JIT is measured apart);
+2. warm: a second tuning, in the same process;
+3. steady: a tuning beside a neighbour spinning on one core (``neighbours.py``), judged against a race under
+   that same neighbour; the neighbour stops, the layer is called through the tuner for ``--after`` seconds
+   (1), and the choice then (re-raced or not) is judged against the quiet race;
+4. bursty: a tuning beside neighbours that come and go on every core;
+5. the judge, quietly, last: a race of every algorithm that supports the pass, ``--rounds`` interleaved rounds
+   of samples taken by the tuner's own rule (``autotune.race.clock.Sampler``: the pool awake, the call
+   timed), no retakes, medians. A choice's regret is its median over the best median, less one.
+
+The tuning cost is a tuning's seconds over the quiet judge's time of the algorithm it chose (JIT excluded).
+Before each phase the machine's contention is probed from outside (``machine_wait_share``), so the record
+says how quiet "quiet" was.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import time
+
+from bench import orders
+from bench.common import RESULTS, write_record
+
+#: phases of a child, in order
+PHASES = ("first", "warm", "steady", "after", "bursty")
+
+
+def child(args) -> dict:
+    import numpy as np
+
+    import autotune
+    from autotune.race.contention import machine_wait_share
+    from bench.neighbours import neighbour
+    from bench.regret_layers import LAYERS, Layer, judge
+
+    layers = [Layer(*spec) for spec in LAYERS[:args.layers]]
+    out = {"layers": [l.name for l in layers], "ops": [l.op for l in layers], "quiet": {}}
+
+    def tune(layer):
+        t = autotune.Tuner(benchmark=True)
+        start = time.perf_counter()
+        layer.call(t)
+        wall = time.perf_counter() - start
+        (entry,) = t.dispatch_table()
+        return t, {"algo": entry.algo, "seconds": entry.tuning_seconds, "wall": wall,
+                   "jit": sum(entry.jit.values()), "provisional": bool(entry.provisional),
+                   "verdict": entry.verdict.get("outcome", ""), "times": entry.times}
+
+    for phase in ("first", "warm"):
+        out["quiet"][phase] = machine_wait_share(0.2)
+        out[phase] = [tune(l)[1] for l in layers]
+    with neighbour("steady"):
+        tuners, out["steady"], out["judge_steady"] = [], [], []
+        for layer in layers:
+            t, entry = tune(layer)
+            tuners.append(t)
+            out["steady"].append(entry)
+            out["judge_steady"].append(judge(layer, args.rounds))
+    out["quiet"]["after"] = machine_wait_share(0.2)
+    out["after"] = []
+    for layer, t in zip(layers, tuners):
+        end = time.perf_counter() + args.after
+        while time.perf_counter() < end:
+            layer.call(t)
+        (entry,) = t.dispatch_table()
+        out["after"].append({"algo": entry.algo, "reraced": entry.reraced, "provisional": bool(entry.provisional)})
+    with neighbour("bursty"):
+        out["bursty"] = [tune(l)[1] for l in layers]
+    out["quiet"]["judge"] = machine_wait_share(0.2)
+    out["judge_quiet"] = [judge(l, args.rounds) for l in layers]
+    out["threads"], out["numpy"] = __import__("numba").get_num_threads(), np.__version__
+    return out
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    orders.add_arguments(ap, rounds=None)
+    ap.add_argument("--layers", type=int, default=12, help="how many of the layers (default all 12)")
+    ap.add_argument("--rounds", type=int, default=15, help="the judge's interleaved rounds (default 15)")
+    ap.add_argument("--after", type=float, default=1.0, help="seconds of calls once the neighbour is gone")
+    ap.add_argument("--out", default=str(RESULTS / "cpu-regret.md"))
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args)))
+        return
+    orders.resolve(args, rounds=1)
+    from bench.regret_report import render
+    load = os.getloadavg()[0]
+    runs = {}
+    for order in args.orders:
+        runs[order] = orders.run_child(order, "bench.regret", ["--child", "--layers", str(args.layers), "--rounds",
+                                                                str(args.rounds), "--after", str(args.after)],
+                                       args.keep_env)
+    write_record(__import__("pathlib").Path(args.out), render(runs, load, args))
+
+
+if __name__ == "__main__":
+    main()

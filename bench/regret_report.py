@@ -1,0 +1,83 @@
+"""The regret bench's record: the issue's targets per import order, then each layer's choices and regrets."""
+from __future__ import annotations
+
+import statistics
+
+from bench.common import header
+
+#: (row, phase, judged against which race)
+ROWS = (("quiet, first tunings in a process", "first", "judge_quiet"),
+        ("quiet, second tunings (warm)", "warm", "judge_quiet"),
+        ("beside a steady one-core neighbour, while it runs (against a race under it)", "steady", "judge_steady"),
+        ("the same choices, against the quiet race", "steady", "judge_quiet"),
+        ("once the neighbour has gone, after a second of calls (against the quiet race)", "after", "judge_quiet"),
+        ("beside a neighbour that comes and goes (against the quiet race)", "bursty", "judge_quiet"))
+
+
+def regrets(run: dict, phase: str, against: str) -> list:
+    """Each layer's regret: the judge's median of the phase's choice over the judge's best, less one."""
+    return [judged[e["algo"]] / min(judged.values()) - 1 for e, judged in zip(run[phase], run[against])]
+
+
+def costs(run: dict, phase: str) -> list:
+    """Each layer's tuning seconds (JIT excluded) over the quiet judge's median of the algorithm it chose."""
+    return [(e["seconds"] - e["jit"]) / judged[e["algo"]] for e, judged in zip(run[phase], run["judge_quiet"])]
+
+
+def _pct(values) -> str:
+    return f"{statistics.median(values):.0%} / {max(values):.0%}"
+
+
+def render(runs: dict, load: float, args) -> str:
+    orders = list(runs)
+    lines = [header("The tuner's regret: benchmark mode's choices against races of every algorithm"), "",
+             f"`python -m bench.regret --layers {args.layers} --rounds {args.rounds} --after {args.after}`: one "
+             f"fresh process per import order. Load average at the start: {load:.2f}. The machine's contention, "
+             f"probed from outside before each quiet phase (share of two spinning probes' time spent waiting for a "
+             f"CPU; ~0 is quiet, ~0.33 is one core of two taken): "
+             + "; ".join(f"{o} first: " + ", ".join(f"{k} {v:.3f}" for k, v in runs[o]["quiet"].items())
+                         for o in orders) + ".", "",
+             "Regret: the judge's median time of the choice over the judge's best, less one (0% = the fastest "
+             "was kept). Tuning cost: the tuning's seconds (JIT excluded) over the quiet judge's time of the "
+             "chosen algorithm.", "",
+             "| measure | " + " | ".join(f"{o} first" for o in orders) + " | target |",
+             "|---|" + "---|" * len(orders) + "---|"]
+    targets = {"first": "<= 5% worst", "steady": "<= 10% worst", "after": "<= 5% worst", "bursty": "<= 10% worst"}
+    for row, phase, against in ROWS:
+        target = targets.get(phase, "") if against == "judge_quiet" or phase == "steady" else ""
+        if row.startswith("the same choices"):
+            target = "(none)"
+        cells = [f"{_pct(regrets(runs[o], phase, against))} (median / worst)" for o in orders]
+        lines.append(f"| {row} | " + " | ".join(cells) + f" | {target} |")
+    marked = [f"{sum(e['provisional'] for e in runs[o]['steady'])} of {len(runs[o]['steady'])}" for o in orders]
+    lines.append("| steady neighbour: choices marked provisional | " + " | ".join(marked) + " | all |")
+    reraced = [f"{sum(e['reraced'] > 0 for e in runs[o]['after'])} re-raced, "
+               f"{sum(e['provisional'] for e in runs[o]['after'])} still provisional" for o in orders]
+    lines.append("| once it has gone, after a second of calls | " + " | ".join(reraced) + " | |")
+    for phase, target in (("warm", "<= 40x / <= 150x"), ("first", "")):
+        cells = [f"{statistics.median(costs(runs[o], phase)):.0f}x / {max(costs(runs[o], phase)):.0f}x" for o in orders]
+        lines.append(f"| tuning cost over the choice's time, {phase} (median / worst) | " + " | ".join(cells)
+                     + f" | {target} |")
+    for o in orders:
+        lines += ["", f"## {o} first", "", "| layer | pass | first | warm | steady (regret under it / quiet) | "
+                  "after | bursty | quiet judge's best | cost warm / first |", "|---|---|---|---|---|---|---|---|---|"]
+        run = runs[o]
+        r = {phase + against: regrets(run, phase, against) for _, phase, against in ROWS}
+        cw, cf = costs(run, "warm"), costs(run, "first")
+        for i, name in enumerate(run["layers"]):
+            best = min(run["judge_quiet"][i], key=run["judge_quiet"][i].get)
+
+            def cell(phase, against="judge_quiet"):
+                e = run[phase][i]
+                return f"{e['algo']} {r[phase + against][i]:+.0%}"
+            steady = run["steady"][i]
+            mark = " P" if steady["provisional"] else ""
+            after = run["after"][i]
+            lines.append(f"| {name} | {run['ops'][i]} | {cell('first')} | {cell('warm')} | {steady['algo']}{mark} "
+                         f"{r['steadyjudge_steady'][i]:+.0%} / {r['steadyjudge_quiet'][i]:+.0%} | "
+                         f"{after['algo']} {r['afterjudge_quiet'][i]:+.0%}{' (re-raced)' if after['reraced'] else ''} "
+                         f"| {cell('bursty')} | {best} {run['judge_quiet'][i][best] * 1e3:.3f} ms | "
+                         f"{cw[i]:.0f}x / {cf[i]:.0f}x |")
+        lines.append("")
+        lines.append("P: marked provisional (chosen on runs that waited for a CPU).")
+    return "\n".join(lines) + "\n"
