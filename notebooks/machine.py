@@ -66,9 +66,10 @@ def describe() -> dict:
         print("quiet:   not measured (no /proc schedstat here); load average "
               f"{q['load']:.2f}")
         return q
-    verdict = ("quiet" if q["wait_share"] <= QUIET_SHARE else
+    limit = q.get("max_share", QUIET_SHARE)
+    verdict = ("quiet" if q["wait_share"] <= limit else
                "CONTENDED: other processes share the cores, the timings below are disturbed")
     print(f"quiet:   probes (one per core, {q['probe_seconds']} s) waited {q['wait_share']:.1%} of their time for "
           f"a CPU (measured by {q['by']}; ~0% quiet, ~33% beside one busy core of two; at most "
-          f"{QUIET_SHARE:.0%} counts as quiet): {verdict}; load average {q['load']:.2f}")
+          f"{limit:.0%} counts as quiet): {verdict}; load average {q['load']:.2f}")
     return q

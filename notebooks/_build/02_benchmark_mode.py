@@ -90,6 +90,7 @@ cost = {n: on_entry.warmup.get(n, 0.0) + sum(on_entry.samples.get(n, [])) for n 
 for n in sorted(cost, key=cost.get, reverse=True):
     print(f"{n:<20}{cost[n]:7.3f} s  ({len(on_entry.samples.get(n, []))} timed runs + warm-up, median "
           f"{on_entry.times[n] * 1e3:.1f} ms)")
+assert on_entry.algo in on_entry.tied or on_entry.times[on_entry.algo] == min(on_entry.times.values())
 costliest = max(cost, key=cost.get)
 print(f"\ntuning {on_entry.tuning_seconds:.2f} s, of which {costliest} {cost[costliest]:.2f} s "
       f"({cost[costliest] / on_entry.tuning_seconds:.0%}); the chosen {on_entry.algo} runs in "
@@ -205,6 +206,8 @@ totals = {"autotuned": sum(count[p] * medians[p][tuned[p].algo] for p in tuned),
 choices = {"autotuned": {p: tuned[p].algo for p in tuned}, "heuristic": guessed,
            "direct everywhere": {p: "direct" for p in tuned},
            "oracle": {p: min(medians[p], key=medians[p].get) for p in tuned}}
+assert all(totals["oracle"] <= t * (1 + 1e-12) for t in totals.values())   # the per-layer fastest bounds them
+assert sum(outcomes[p] in ("faster", "tie", "same choice", "slower") for p in tuned) == len(tuned)
 print(f"\n{len(calls)} conv calls of {len(tuned)} distinct shapes")
 print(f"{'conv time of one pass':<24}{'ms':>9}{'/ autotuned':>13}")
 for name, t_ in totals.items():

@@ -12,7 +12,8 @@
 # and a kernel that skipped zeros would be faster on sparse input (none here does).
 
 # %%
-import os
+import machine      # notebooks/machine.py: the header every notebook prints
+machine.describe()
 import autotune, convalgos    # first: it sets the thread variables that numpy's OpenBLAS reads when it loads
 import numpy as np
 import matplotlib.pyplot as plt
@@ -33,10 +34,6 @@ inputs = {
 print("smallest normal float32:", tiny, "| is 1e-40 subnormal?", 0 < np.float32(1e-40) < tiny)
 print("fraction of subnormal entries in the last input:",
       np.mean((inputs["subnormal (~1e-40)"] != 0) & (np.abs(inputs["subnormal (~1e-40)"]) < tiny)))
-load = os.getloadavg()[0]
-print(f"this machine: {os.cpu_count()} cores, load average {load:.1f}"
-      + (" (above the core count: other processes share the cores, timings below are disturbed)"
-         if load > os.cpu_count() else ""))
 
 # %% [markdown]
 # Each algorithm is timed on every input in interleaved rounds (one run per input per round, the order

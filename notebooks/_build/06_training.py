@@ -19,7 +19,9 @@
 # Every conclusion printed is computed from the numbers beside it; they describe this machine and this run.
 
 # %%
-import os, time
+import time
+import machine      # notebooks/machine.py: the header every notebook prints
+machine.describe()
 import autotune, convalgos    # first: it sets the thread variables that numpy's OpenBLAS reads when it loads
 import numpy as np
 import matplotlib.pyplot as plt
@@ -30,10 +32,6 @@ BATCH, EPOCHS = 64, 2
 short = len(x_train) % BATCH
 print(f"training images {x_train.shape}, held out {x_test.shape}; {len(x_train) // BATCH} batches of {BATCH} "
       f"and a last one of {short} per epoch")
-load = os.getloadavg()[0]
-print(f"this machine: {os.cpu_count()} cores, load average {load:.1f}"
-      + (" (above the core count: other processes share the cores, timings below are disturbed)"
-         if load > os.cpu_count() else ""))
 
 # %% [markdown]
 # Numba compiles each kernel on its first call (and caches it on disk for the next process): that is a cost
@@ -131,6 +129,8 @@ for label, r in results.items():
     print(line)
 
 kept = results["benchmark on, last batch kept"]
+misses = {label: results[label]["tuner"].cache_info().misses for label in results if "benchmark on" in label}
+assert misses["benchmark on, last batch kept"] > misses["benchmark on, last batch dropped"]   # the short batch: new keys
 first_short, later_short = np.flatnonzero(kept["sizes"] < BATCH)[[0, -1]]
 ratio = kept["seconds"][first_short] / steady["benchmark on, last batch kept"]
 print(f"\nwith the last batch kept, the first short batch (a new shape: every pass of every layer tuned again) "
@@ -274,22 +274,32 @@ for op, e in entries.items():
         print(f"    {e.algo} ran {e.times[runner] / e.times[e.algo]:.2f}x faster than the next, {runner}")
 
 names = sorted({n for e in entries.values() for n in e.times})
-fig, ax = plt.subplots(figsize=(9, 3.8))
+fig, ax = plt.subplots(figsize=(10, 3.8))
 width = 0.8 / len(names)
 ops = list(entries)
+at = lambda i, n: i + (names.index(n) - (len(names) - 1) / 2) * width
 for j, n in enumerate(names):
-    ax.bar(np.arange(len(ops)) + j * width, [entries[op].times.get(n, np.nan) * 1e3 for op in ops], width, label=n)
+    xs = [at(i, n) for i, op in enumerate(ops) if n in entries[op].times]
+    ratios = [entries[op].times[n] / entries[op].times[entries[op].algo] for op in ops if n in entries[op].times]
+    ax.vlines(xs, 1, ratios, color=f"C{j}", lw=2)                 # a stem from 1: its length is the ratio
+    ax.plot(xs, ratios, "o", color=f"C{j}", label=n)
 for i, op in enumerate(ops):
-    ax.plot(i + names.index(entries[op].algo) * width, entries[op].times[entries[op].algo] * 1e3, "k*",
-            markersize=12)
-ax.set_xticks(np.arange(len(ops)) + 0.4 - width / 2); ax.set_xticklabels(ops)
-ax.set_yscale("log"); ax.set_ylabel("median ms during the tuning (log)")
-ax.set_title(f"{layer} ({p.C}->{p.K}, {p.R}x{p.S}, batch {p.N}): candidates per pass, star = chosen")
-ax.legend(fontsize=7, ncol=4)
-plt.show()
+    star = ax.plot(at(i, entries[op].algo), 1, "*", color=f"C{names.index(entries[op].algo)}", mec="k",
+                   markersize=15)[0]
+star.set_label("the pass's choice, in its colour")
+ax.set_xticks(range(len(ops)), ops); ax.set_xlabel("pass")
+ax.set_yscale("log"); ax.axhline(1, color="k", lw=0.5)
+ticks = [t for t in (1, 2, 4, 8, 16, 32, 64, 128, 256) if t <= ax.get_ylim()[1]]
+ax.set_yticks(ticks, [f"{t:g}x" for t in ticks]); ax.minorticks_off()
+ax.set_ylabel("median in the tuning / choice's (log)")
+ax.set_title(f"{layer} ({p.C}->{p.K}, {p.R}x{p.S}, batch {p.N}): every candidate per pass, against the pass's "
+             "choice", fontsize=9)
+ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
+plt.tight_layout(); plt.show()
 
 # %% [markdown]
-# How to read it: where the stars sit on different algorithms, the passes of one layer chose differently,
+# How to read it: each point is a candidate's time over the pass's choice (the star, at 1; the stem's length
+# is how much slower it ran). Where the stars have different colours, the passes of one layer chose differently,
 # which is why benchmark mode keys each pass on its own; the rows above give the margins and the arithmetic
 # behind each choice. Where one algorithm wins every pass, the printout says so.
 #

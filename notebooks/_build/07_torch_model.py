@@ -131,6 +131,7 @@ twin = copy.deepcopy(initial).eval()                     # plain torch, holding 
 twin.load_state_dict(models["benchmark on"].state_dict())
 with torch.no_grad():
     gap = (twin(x_test) - models["benchmark on"](x_test)).abs().max().item()
+assert gap < 1e-3                                        # the converted model computes the same function
 print(f"\nthe benchmark-on run's weights in a plain torch model give its held-out logits within {gap:.1e}: the "
       f"same function. Where the accuracies differ, the runs drifted apart: float32 rounding differs between "
       f"algorithms, and {len(seconds)} steps at this learning rate can amplify it (a ReLU input near zero takes "

@@ -11,16 +11,13 @@
 # bug and shrink it to the smallest layer that shows it, fixes it, and races it.
 
 # %%
-import os
+import machine      # notebooks/machine.py: the header every notebook prints
+machine.describe()
 import autotune, convalgos    # first: it sets the thread variables that numpy's OpenBLAS reads when it loads
 import numpy as np
 from convalgos import ConvParams, Support, reference
 from convalgos.testing import CheckFailure, check_algorithm
 
-load = os.getloadavg()[0]
-print(f"this machine: {os.cpu_count()} cores, load average {load:.1f}"
-      + (" (above the core count: other processes share the cores, timings below are disturbed)"
-         if load > os.cpu_count() else ""))
 
 # %% [markdown]
 # ## The algorithm: shift and add
@@ -86,6 +83,7 @@ for p in hand:
     print(f"{str(p):<44} error {hand_errors[-1]:.1e}")
 print(f"\ntolerance {tolerance:.0e}: {sum(e <= tolerance for e in hand_errors)} of {len(hand)} hand-picked layers "
       "pass")
+assert all(e <= tolerance for e in hand_errors)          # the bug hides from hand-picked layers...
 
 # %% [markdown]
 # ## Tested by properties
@@ -111,6 +109,7 @@ except CheckFailure as failure:
 # channel, stride 1, no padding, no dilation) is where to look. The printed line reproduces it.
 
 # %%
+assert found is not None                                  # ... and the property test finds it
 smallest = found.counterexample.layer
 simplest = {"N": 1, "C": 1, "K": 1, "stride": (1, 1), "padding": ((0, 0), (0, 0)), "dilation": (1, 1)}
 beyond = {name: getattr(smallest, name) for name, plain in simplest.items() if getattr(smallest, name) != plain}
@@ -141,6 +140,7 @@ class ShiftAndAddFixed(ShiftAndAdd):
 fixed = ShiftAndAddFixed()
 result = check_algorithm(fixed, max_examples=40, seed=0)
 print(result)
+assert result.ok
 print("\nevery check held:", result.ok, "| the layer that failed before now:",
       convalgos.testing.check_layer(fixed, "forward", smallest, seed=found.counterexample.seed)["agreement"])
 

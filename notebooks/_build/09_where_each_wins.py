@@ -11,10 +11,11 @@
 #
 # Every number is measured when the notebook runs (`autotune.measure`: interleaved rounds, the median), and
 # every conclusion printed is computed from the numbers beside it, including when this machine disagrees
-# with the textbook. It runs in under a minute on 2 CPU cores.
+# with the textbook.
 
 # %%
-import os
+import machine      # notebooks/machine.py: the header every notebook prints
+machine.describe()
 import convalgos    # first: it sets the thread variables that numpy's OpenBLAS reads when it loads
 import numpy as np
 import matplotlib.pyplot as plt
@@ -22,10 +23,6 @@ from convalgos import ALGORITHMS, ConvParams
 from autotune import measure
 
 rng = np.random.default_rng(0)
-load = os.getloadavg()[0]
-print(f"this machine: {os.cpu_count()} cores, load average {load:.1f}"
-      + (" (above the core count: other processes share the cores, timings below are disturbed)"
-         if load > os.cpu_count() else ""))
 
 # %% [markdown]
 # ## 1. FFT's crossover with kernel size
@@ -38,7 +35,9 @@ print(f"this machine: {os.cpu_count()} cores, load average {load:.1f}"
 # weigh as much as the C·K products they feed, and the crossover moves out; with **many** it comes early.
 #
 # Both layers below are timed at kernel sizes 3 to 15 with "same" padding (Winograd runs only 3x3, depthwise
-# only depthwise layers), in 5 interleaved rounds after a warm-up; each cell is a median.
+# only depthwise layers). Each algorithm runs once; those within 4x of the fastest first run are then timed in
+# 5 interleaved rounds (a cell is their median), the others keep their one run (marked *: too slow to win or
+# to move the crossover).
 
 # %%
 KERNELS = [3, 7, 11, 15]
@@ -47,15 +46,21 @@ SWEEPS = {"narrow: 1x16x64x64 -> 16": (16, 64), "wide: 1x64x56x56 -> 64": (64, 5
 def sweep(channels, size):
     """algorithm -> median seconds per kernel size (nan where it does not run that size)."""
     x = rng.standard_normal((1, channels, size, size), dtype=np.float32)
-    times = {n: [] for n in ALGORITHMS}
+    times, one_run = {n: [] for n in ALGORITHMS}, set()
     for k in KERNELS:
         w = rng.standard_normal((channels, channels, k, k), dtype=np.float32) / np.float32(np.sqrt(channels * k * k))
         p = ConvParams.from_arrays(x, w, padding=k // 2)
-        samples = measure.interleaved({n: (lambda n=n: convalgos.conv2d(x, w, padding=k // 2, algo=n))
-                                       for n, a in ALGORITHMS.items() if a.supports(p)}, rounds=5)
+        calls = {n: (lambda n=n: convalgos.conv2d(x, w, padding=k // 2, algo=n)) for n, a in ALGORITHMS.items()
+                 if a.supports(p)}
+        once = measure.interleaved(calls, rounds=1)
+        best = min(s[0] for s in once.values())
+        kept = [n for n in calls if once[n][0] <= 4 * best]
+        samples = measure.interleaved({n: calls[n] for n in kept}, rounds=5, warmup=0)
         for n in times:
-            times[n].append(measure.median(samples[n]) if n in samples else np.nan)
-    return {n: t for n, t in times.items() if not np.all(np.isnan(t))}
+            times[n].append(measure.median(samples[n]) if n in samples else once[n][0] if n in once else np.nan)
+            if n in once and n not in samples:
+                one_run.add((n, k))
+    return {n: t for n, t in times.items() if not np.all(np.isnan(t))}, one_run
 
 def crossover(times):
     """The smallest kernel size where an FFT beats every direct-sum algorithm, and the margin there."""
@@ -67,29 +72,39 @@ def crossover(times):
             return k, sum_best / fft_best
     return None, None
 
-results = {label: sweep(*shape) for label, shape in SWEEPS.items()}
-for label, times in results.items():
+swept = {label: sweep(*shape) for label, shape in SWEEPS.items()}
+results = {label: times for label, (times, _) in swept.items()}
+for label, (times, one_run) in swept.items():
     print(f"{label}, median ms per call\n{'algorithm':<20}" + "".join(f"{f'{k}x{k}':>10}" for k in KERNELS))
     for n, t in times.items():
-        print(f"{n:<20}" + "".join(f"{v * 1e3:>10.2f}" if not np.isnan(v) else f"{'-':>10}" for v in t))
+        print(f"{n:<20}" + "".join(f"{v * 1e3:>9.2f}{'*' if (n, k) in one_run else ' '}" if not np.isnan(v)
+                                   else f"{'-':>10}" for v, k in zip(t, KERNELS)))
     fastest = [min((t[i], n) for n, t in times.items() if not np.isnan(t[i]))[1] for i in range(len(KERNELS))]
     print("fastest: " + ", ".join(f"{k}x{k} {n}" for k, n in zip(KERNELS, fastest)))
     growth = {n: times[n][-1] / times[n][0] for n in ("direct", "im2col", "fft", "fft_tiled")}
     print(f"growth from 3x3 to 15x15 (the direct sum's R·S grows {15**2 / 3**2:.0f}x): "
           + ", ".join(f"{n} {g:.1f}x" for n, g in growth.items()))
     k, margin = crossover(times)
-    print("an FFT beats every direct-sum algorithm from "
-          + (f"{k}x{k} on ({margin:.2f}x faster there)" if k else "no kernel size in this range") + "\n")
+    print("an FFT beats every direct-sum algorithm "
+          + (f"from {k}x{k} on ({margin:.2f}x faster there)" if k else "at no kernel size in this range") + "\n")
 
 # %%
-fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=False)
+fig, axes = plt.subplots(1, 2, figsize=(12, 4), sharey=False)
 for ax, (label, times) in zip(axes, results.items()):
-    for n, t in times.items():
-        ax.plot(KERNELS, np.array(t) * 1e3, marker="o", label=n)
+    for j, (n, t) in enumerate(times.items()):
+        ax.plot(KERNELS, np.array(t) * 1e3, marker="o", color=f"C{j % 10}", ls="--" if j >= 10 else "-", label=n)
+    k, margin = crossover(times)
+    if k:
+        ax.axvline(k, color="k", ls=":", lw=1.5)
+        ax.annotate(f"crossover: an FFT fastest\nfrom {k}x{k} ({margin:.2f}x)", (k, ax.get_ylim()[1]),
+                    xytext=(-6, -4), textcoords="offset points", ha="right", va="top", fontsize=8)
+    else:
+        ax.text(0.02, 0.98, "no crossover up to 15x15", transform=ax.transAxes, va="top", fontsize=8)
     ax.set_xlabel("kernel size (k x k)"); ax.set_yscale("log"); ax.set_xticks(KERNELS)
     ax.set_title(label, fontsize=10); ax.grid(alpha=0.3)
-axes[0].set_ylabel("median time per call (ms, log)"); axes[1].legend(fontsize=7)
-plt.show()
+axes[0].set_ylabel("median time per call (ms, log)")
+axes[1].legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.02, 1))
+plt.tight_layout(); plt.show()
 verdicts = {label: crossover(times)[0] for label, times in results.items()}
 narrow, wide = verdicts.values()
 if wide and (narrow is None or narrow > wide):
@@ -112,9 +127,15 @@ else:
 # go to memory, then alpha² GEMMs, then the output transform. `winograd_fused_4x4` does the same maths one block
 # of tiles at a time (cuDNN's fused WINOGRAD, NNPACK's block strategy): V and M stay in the cache, but every
 # block reads all of U again. Which wins depends on the layer, and a count of the bytes that must come from
-# memory says why: the fused pass re-reads U from the cache when it fits (the per-core L2, read from Linux's
-# sysfs here), else from memory once per block; the non-fused pass sends V and M through memory when they
-# outgrow the cache. Both are timed on prepared weights (no filter transform), in interleaved rounds.
+# memory says why. Both passes read U (the transformed filters, prepared once here) from memory at least once.
+# The fused pass reads it again for every block of tiles when it does not fit the cache (the per-core L2,
+# read from Linux's sysfs here); the non-fused pass writes V (the transformed tiles) and M (their products)
+# to memory and reads them back when they outgrow the cache. So, in bytes from memory:
+#
+#     fused:      U × (blocks if U > L2 else 1)
+#     non-fused:  U + (2 × (V + M) if V + M > L2 else 0)
+#
+# Both are timed on prepared weights (no filter transform), in 7 interleaved rounds.
 
 # %%
 def l2_bytes(default=1 << 20):
@@ -138,24 +159,24 @@ for shape in [((1, 64, 112, 112), (64, 64, 3, 3)), ((1, 512, 14, 14), (512, 512,
                                                                       prepared=forms[a.name]))
                                    for a in (fused, plain)}, rounds=7)
     t = {n: measure.median(s) for n, s in samples.items()}
-    blocks = fused.computed_tiles(pf, "forward") // fused.block_tiles(pf)
+    blocks = -(-fused.computed_tiles(pf, "forward") // fused.block_tiles(pf))
     u = forms[fused.name].nbytes
     vm = 36 * (pf.C + pf.K) * pf.N * -(-pf.H // 4) * -(-pf.W // 4) * 4
-    from_memory = {fused.name: u if u <= l2 else u * blocks, plain.name: vm if vm > l2 else 0}
+    from_memory = {fused.name: u * (blocks if u > l2 else 1), plain.name: u + (2 * vm if vm > l2 else 0)}
     winner, predicted = min(t, key=t.get), min(from_memory, key=from_memory.get)
     print(f"{pf}: fused {t[fused.name] * 1e3:.2f} ms, non-fused {t[plain.name] * 1e3:.2f} ms -> {winner}")
-    print(f"   from memory: fused {from_memory[fused.name] / 2**20:.1f} MB (U {u / 2**20:.1f} MB, {blocks} blocks), "
-          f"non-fused {from_memory[plain.name] / 2**20:.1f} MB (V and M {vm / 2**20:.1f} MB)")
+    print(f"   U {u / 2**20:.1f} MB, {blocks} block(s) of tiles, V + M {vm / 2**20:.1f} MB; from memory: fused "
+          f"{from_memory[fused.name] / 2**20:.1f} MB, non-fused {from_memory[plain.name] / 2**20:.1f} MB")
     verdict = "agrees" if predicted == winner else "disagrees"
     print(f"   fewer bytes from memory: {predicted}; the measurement {verdict}")
 
 # %% [markdown]
-# A small U (C = K = 64: 0.6 MB) stays in the cache however many blocks read it, while the non-fused pass's V
-# and M (tens of MB on a wide plane) go through memory: the fused pass should win. A large U (C = K = 512: 36
-# MB) is read from memory by every block, and with few tiles V and M are small: the non-fused pass should
-# win. The last line of each layer says whether this run's timings agreed. When they do not (a noisy machine,
-# a cache that changes the balance), the tuner still picks per layer from its own timings: that is the point
-# of benchmark mode.
+# With C = K = 64 U is small and stays in the cache however many blocks read it, while the non-fused pass's V
+# and M (a wide plane: many tiles) go through memory. With C = K = 512 on a 14x14 plane U is large, but the
+# plane has few tiles: one block reads U once, as the non-fused pass does, which adds V and M. The last line
+# of each layer says whether this run's timings agreed with the count. Where they do not (a noisy machine, a
+# shared L3 cache that holds what the count sends to memory), the tuner still picks per layer from its own
+# timings: that is the point of benchmark mode.
 
 # %% [markdown]
 # ## 3. Prepared weights: inference amortises the transform, training pays it every step
@@ -174,9 +195,13 @@ pv = convalgos.ConvParams.from_arrays(xv, wv, padding=1)
 yv = np.empty(pv.out_shape, np.float32)
 wino, im2col = convalgos.ALGORITHMS["winograd_4x4"], convalgos.ALGORITHMS["im2col"]
 form = wino.prepare(wv, pv)
+y_plain, y_prepared = (convalgos.run(wino, "forward", xv, wv, pv), convalgos.run(wino, "forward", xv, None, pv,
+                                                                                 prepared=form))
+assert np.array_equal(y_plain, y_prepared)       # the prepared form is the same transform, kept: the same bits
 calls = {"winograd_4x4 (transform each call)": lambda: convalgos.run(wino, "forward", xv, wv, pv, yv),
          "winograd_4x4 (prepared)": lambda: convalgos.run(wino, "forward", xv, None, pv, yv, prepared=form),
          "prepare alone": lambda: wino.prepare(wv, pv),
+         f"a fresh {form.nbytes / 2**20:.0f} MB array, written once": lambda: np.ones(form.nbytes // 4, np.float32),
          "im2col": lambda: convalgos.run(im2col, "forward", xv, wv, pv, yv)}
 t = {name: measure.median(s) for name, s in measure.interleaved(calls, 9).items()}
 for name, s in t.items():
@@ -186,6 +211,12 @@ plain, prepared, prep = (t["winograd_4x4 (transform each call)"], t["winograd_4x
 print(f"\ninference (weights fixed): prepared runs at {prepared / plain:.2f}x the plain call; "
       + (f"the one-off prepare ({prep * 1e3:.1f} ms) is paid back after {prep / (plain - prepared):.1f} calls"
          if plain > prepared else "preparing does not pay on this layer here"))
+fresh = t[f"a fresh {form.nbytes / 2**20:.0f} MB array, written once"]
+print(f"why preparing alone ({prep * 1e3:.1f} ms) can cost more than the transform inside a call "
+      f"(plain - prepared = {(plain - prepared) * 1e3:.1f} ms): prepare returns a new {form.nbytes / 2**20:.0f} MB "
+      f"array, whose pages the kernel maps on first write, while the call transforms into a buffer it keeps; "
+      f"a fresh array of that size, written once, takes {fresh * 1e3:.1f} ms here, and transform + fresh array "
+      f"= {(plain - prepared + fresh) * 1e3:.1f} ms")
 train_step = prep + prepared
 print(f"training (weights change every step): prepare + prepared call = {train_step * 1e3:.2f} ms against "
       f"{plain * 1e3:.2f} ms plain: "
@@ -199,8 +230,9 @@ print(f"fastest here for inference: {best_inference[0]}; for a training step's f
 
 fig, ax = plt.subplots(figsize=(7, 3))
 ax.barh(list(t), [s * 1e3 for s in t.values()])
-ax.set_xlabel("median ms"); ax.set_title("VGG conv5 (512->512, 14x14), forward pass")
-plt.show()
+ax.invert_yaxis(); ax.set_xlabel("median time per call (ms, 9 interleaved rounds)")
+ax.set_title("VGG conv5 (512->512, 14x14, batch 1), forward pass", fontsize=10)
+plt.tight_layout(); plt.show()
 
 # %% [markdown]
 # This is why the tuner keys an eval-mode (prepared) forward pass apart from a training one, and shows the

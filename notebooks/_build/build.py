@@ -86,6 +86,9 @@ def main(argv=None) -> int:
     parser.add_argument("--tries", type=int, default=3, help="runs per notebook before it is refused (3)")
     parser.add_argument("--patience", type=float, default=300,
                         help="seconds to wait for a quiet machine before each run (300)")
+    parser.add_argument("--max-share", type=float, default=None,
+                        help="the most run-queue wait (a share) that counts as quiet, before and during (guard.py: "
+                             "0.05); the worst cell may wait twice that")
     args = parser.parse_args(argv)
     sources = [s for s in sorted(HERE.glob("[0-9][0-9]_*.py"))
                if args.all or not args.names or any(s.stem.startswith(n) for n in args.names)]
@@ -93,6 +96,8 @@ def main(argv=None) -> int:
         parser.error(f"no source in {HERE} matches {args.names}")
     sys.path.insert(0, str(HERE))
     import guard
+    if args.max_share is not None:
+        guard.MAX_SHARE, guard.MAX_CELL_SHARE = args.max_share, 2 * args.max_share
     refused, times = [], {}
     for source in sources:
         target = NOTEBOOKS / f"{source.stem}.ipynb"

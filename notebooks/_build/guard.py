@@ -49,7 +49,8 @@ def probe() -> dict:
     """The machine's contention now, seen by probe processes (``machine_wait_share``)."""
     from autotune.race.contention import machine_wait_share
     return {"wait_share": round(machine_wait_share(PROBE_SECONDS), 4), "probe_seconds": PROBE_SECONDS,
-            "load": round(os.getloadavg()[0], 2), "at": time.strftime("%H:%M:%S", time.gmtime())}
+            "load": round(os.getloadavg()[0], 2), "at": time.strftime("%H:%M:%S", time.gmtime()),
+            "max_share": MAX_SHARE}
 
 
 def wait_for_quiet(patience: float, log=print) -> dict:
