@@ -53,6 +53,17 @@ def test_a_neighbour_that_stays_gives_a_provisional_choice_raced_again_once_quie
     assert next(iter(t.dispatch_table())) is again and algos["b"].calls == calls
 
 
+def test_a_race_where_most_runs_waited_is_provisional_though_its_retakes_came_through_clean():
+    clock = FakeClock()
+    # every other call waits (a neighbour's time slices): retakes find clean runs, the choice rests on them, but
+    # the neighbour was there half the time
+    t = tuner(clock, fakes(clock, a=(1e-3, {"waits": [0.0, 1e-3] * 50}), b=(2e-3, {"waits": [0.0, 1e-3] * 50})))
+    t.conv2d(*arrays())
+    (e,) = t.dispatch_table()
+    assert e.algo == "a" and e.retaken and "most of the time" in e.provisional
+    assert all(t == pytest.approx(1e-3) for t in e.samples["a"])       # only clean runs kept
+
+
 def test_a_quiet_race_is_not_provisional_and_never_raced_again():
     clock = FakeClock()
     algos = fakes(clock, a=1e-3, b=1.5e-3)
@@ -107,9 +118,9 @@ class SpikesOnly(FakeReader):
 def test_where_waiting_cannot_be_seen_spikes_stand_in():
     clock = FakeClock()
     spiky = [1e-3, 3e-3] * 20
-    entry = tuner(clock, fakes(clock, a=spiky, b=[1.6e-3, 4e-3] * 20), reader=SpikesOnly(clock)).conv2d
-    entry(*arrays())
-    (e,) = entry.__self__.dispatch_table()
+    t = tuner(clock, fakes(clock, a=spiky, b=[1.6e-3, 4e-3] * 20), reader=SpikesOnly(clock))
+    t.conv2d(*arrays())
+    (e,) = t.dispatch_table()
     assert e.algo == "a" and "spikes" in e.provisional and "no run-queue readings" in e.provisional
 
 
