@@ -70,8 +70,8 @@ class Key:
 COLUMNS = (("median ms", 11), ("kept", 6), ("retaken", 9), ("waited", 8), ("spikes", 8), ("warm-up ms", 12),
            ("JIT ms", 10), ("error", 10), ("workspace MiB", 15))
 #: Entry fields left out of its dict when empty.
-OPTIONAL = ("nonfinite", "jit", "retaken", "waited", "verdict", "provisional", "reraced", "host_times", "gpu_times",
-            "decided")
+OPTIONAL = ("nonfinite", "jit", "retaken", "waited", "verdict", "provisional", "reraced", "mean_times", "host_times",
+            "gpu_times", "decided")
 #: fields of older files, read as: "contended" (the spike rule's mark) is a provisional mark; "confirmed" is gone.
 LEGACY = {"contended": "provisional", "confirmed": None}
 #: the columns of a GPU entry whose race measured host and GPU time apart (``race.py``).
@@ -108,7 +108,9 @@ class Entry:
     name -> seconds its threads waited per second of its runs, retaken ones included; ``verdict``: the judge's
     shoot-out of the top two (``race/judge.py``: ratio, interval, pairs, outcome), empty when the runner-up
     was out of reach; ``provisional``: why the choice rests on runs that waited ("" when it does not:
-    ``race/provisional.py``); ``reraced``: how many times this key was raced again once the machine was quiet.
+    ``race/provisional.py``); ``reraced``: how many times this key was raced again once the machine was quiet;
+    ``mean_times``: the race was contended most of the time, so ``times`` are the means of every run taken,
+    waits included (``race/judge.py``), not medians of clean runs.
     """
 
     key: Key
@@ -137,6 +139,7 @@ class Entry:
     verdict: dict = field(default_factory=dict)
     provisional: str = ""
     reraced: int = 0
+    mean_times: bool = False
     host_times: dict = field(default_factory=dict)
     gpu_times: dict = field(default_factory=dict)
     decided: str = ""
@@ -209,8 +212,13 @@ class Entry:
                              f"tie-break (deterministic, then smaller workspace, smaller error, name)")
             output = ("each writing into one output kept for the race (the call allocates its own, untimed)"
                       if self.fresh_output else "each writing into the caller's out= buffer")
-            lines.append(f"  times: medians of interleaved runs, the pool awake, less spikes and runs that waited for "
-                         f"a CPU (retaken: set aside for waiting; waited: seconds waited per second run), {output}")
+            if self.mean_times:
+                lines.append(f"  times: means of every interleaved run, waits included (a neighbour was there most of "
+                             f"the time: the cost under it), the pool awake, {output}")
+            else:
+                lines.append(f"  times: medians of interleaved runs, the pool awake, less spikes and runs that waited "
+                             f"for a CPU (retaken: set aside for waiting; waited: seconds waited per second run), "
+                             f"{output}")
             if self.decided:
                 lines.append("  a run's time: the larger of its host time (issuing the launches) and its GPU time "
                              "(kernels, between CUDA events), or the GPU time alone in graph mode; decided by "

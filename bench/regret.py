@@ -9,7 +9,7 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
 1. first: the first tuning in the process (kernels loaded from Numba's cache: that JIT is measured apart);
 2. warm: a second tuning, in the same process;
 3. steady: a tuning beside a neighbour spinning on one core (``neighbours.py``), judged against a race under
-   that same neighbour; the neighbour stops, the layer is called through the tuner for ``--after`` seconds
+   that same neighbour (means of every run: what a call costs there); the neighbour stops, the layer is called through the tuner for ``--after`` seconds
    (1), and the choice then (re-raced or not) is judged against the quiet race;
 4. bursty: a tuning beside neighbours that come and go on every core;
 5. the judge, quietly, last: a race of every algorithm that supports the pass, ``--rounds`` interleaved rounds
@@ -64,7 +64,7 @@ def child(args) -> dict:
             t, entry = tune(layer)
             tuners.append(t)
             out["steady"].append(entry)
-            out["judge_steady"].append(judge(layer, args.rounds))
+            out["judge_steady"].append(judge(layer, args.rounds, "mean"))
     out["quiet"]["after"] = machine_wait_share(0.2)
     out["after"] = []
     for layer, t in zip(layers, tuners):

@@ -3,8 +3,9 @@
 Each layer is (name, pass, input shape, weight shape, conv arguments). The judge races every CPU algorithm that
 supports the layer's pass by the tuner's own sampling rule (``autotune.race.clock.Sampler``: the worker pool
 awake, one call timed, the run-queue wait read around it), interleaved rounds in a seeded shuffled order, no
-retakes (under a neighbour the judge must see what the neighbour does), medians; every algorithm writes into
-one output, as in the tuner's race.
+retakes (under a neighbour the judge must see what the neighbour does), medians (means under a neighbour that
+stays: the cost a step pays there, as the race judges it then); every algorithm writes into one output, as in
+the tuner's race.
 """
 from __future__ import annotations
 
@@ -54,8 +55,9 @@ class Layer:
         return tuner.conv2d_weight(self.x, self.w.shape, self.dy, **self.kw)
 
 
-def judge(layer: Layer, rounds: int) -> dict:
-    """name -> median seconds of every algorithm supporting the layer's pass (module docstring)."""
+def judge(layer: Layer, rounds: int, statistic: str = "median") -> dict:
+    """name -> median (or mean) seconds of every algorithm supporting the layer's pass (module docstring); the
+    mean under a neighbour that stays, as the race then decides (``autotune.race.judge``)."""
     out = np.empty(layer.p.result_shape(layer.op), np.float32)
     calls = {name: (lambda alg=alg: convalgos.run(alg, layer.op, layer.a, layer.b, layer.p, out))
              for name, alg in convalgos.ALGORITHMS.items() if alg.supports(layer.p, layer.op)}
@@ -71,4 +73,4 @@ def judge(layer: Layer, rounds: int) -> dict:
         order.shuffle(names)
         for name in names:
             samples[name].append(sampler.take(calls[name]).seconds)
-    return {name: median(s) for name, s in samples.items()}
+    return {name: median(s) if statistic == "median" else float(np.mean(s)) for name, s in samples.items()}

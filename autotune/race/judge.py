@@ -20,6 +20,11 @@ decides on the median ratio and its interval:
 
 The shoot-out runs only when the runner-up's median is within ``reach`` of the leader's: a candidate 1.5x
 slower needs no interval. Cost: each pair costs both runs, so 5-12 pairs cost 10-24 runs of the leader.
+
+Beside a neighbour that stays (``Race.contended``: a quarter or more of all runs waited), no pair is clean
+for long and a sub-millisecond run is clean or waits several milliseconds, by the luck of the neighbour's time
+slices: the choice is then the smallest mean cost of every run taken, waits included, which is what a step
+pays under those conditions; it is provisional, and raced again once the machine is quiet.
 """
 from __future__ import annotations
 
@@ -108,6 +113,13 @@ def choose(race, preference, settings) -> tuple[str, list, Verdict | None]:
     """(the choice, the candidates it was a tie among, the judge's verdict or None): the race's leader, unless
     the runner-up is within ``reach`` and the shoot-out finds it faster or tied (then ``preference`` decides:
     the smallest ``preference(name)`` wins)."""
+    if race.contended():
+        # a neighbour was there most of the time: what is fastest under it, by the mean cost of every run (the
+        # choice is provisional, and raced again once the machine is quiet: ``provisional.py``)
+        cost = {n: race.mean_cost(n) for n in race.rounds}
+        best = min(cost.values())
+        tied = sorted((n for n in cost if cost[n] <= (1 + settings.tie_tolerance) * best), key=cost.get)
+        return min(tied, key=preference), tied, None
     order = sorted(race.rounds, key=race.typical)
     leader = order[0]
     if len(order) < 2 or race.typical(order[1]) > settings.reach * race.typical(leader):

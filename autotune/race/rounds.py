@@ -82,6 +82,18 @@ class Race:
     def typical(self, name: str) -> float:
         return median(self.kept(name))
 
+    def contended(self) -> bool:
+        """Whether at least ``contended_share`` of all the runs taken waited for a CPU (retaken or kept): a
+        neighbour that was there most of the time."""
+        taken = [s for r in self.rounds.values() for s in r.values()] + [s for r in self.retaken.values() for s in r]
+        return bool(taken) and sum(map(self.waited, taken)) >= self.s.contended_share * len(taken)
+
+    def mean_cost(self, name: str) -> float:
+        """The mean of every run of ``name`` taken, retaken ones included: what a call costs on average under
+        the conditions measured, waits and all (each run is an independent draw of them)."""
+        every = [s.seconds for s in self.rounds[name].values()] + [s.seconds for s in self.retaken[name]]
+        return sum(every) / len(every)
+
     def leader(self) -> str:
         return min(self.rounds, key=self.typical)
 
