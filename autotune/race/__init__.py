@@ -1,5 +1,12 @@
-"""The race of one key's candidates, in small files: ``rounds.py`` (the interleaved race), ``contention.py``
-(how long the process's threads waited for a CPU)."""
+"""The race of one key's candidates, one job per file:
+
+- ``clock.py``: one sample as a step pays for a call (the worker pool awake, the call timed, the readings);
+- ``contention.py``: how long the process's threads waited for a CPU (``/proc``, ``getrusage``);
+- ``rounds.py``: the interleaved rounds, retakes of runs that waited, slow candidates out early;
+- ``judge.py``: the top two decided on paired ratios with an interval (decided, tie, close call);
+- ``provisional.py``: when a choice rests on runs that waited;
+- ``quiet.py``: noticing the machine quiet again, so provisional choices are raced again.
+"""
 from .rounds import Race
 
 __all__ = ["Race"]
