@@ -216,9 +216,10 @@ same = all(np.array_equal(y, y0) for y in pinned)
 saved = list(first.dispatch_table())[0]
 print(f"benchmark=True with a pinned table (holding {saved.algo}): keys re-tuned in 3 runs: {retuned}; 3 runs "
       f"bitwise equal to the tuning run: {same} | sha256 {digest(y0)}")
+mark = getattr(saved, "provisional", "") or getattr(saved, "contended", "")
 if retuned:
-    print("a loaded entry was timed again" + (": the saved one was provisional (its races waited for a CPU), and "
-          "the tuner races such an entry again" if getattr(saved, "provisional", False) else ""))
+    print("a loaded entry was timed again" + (f": the table marked the saved choice as made under contention "
+          f"({mark}), and the tuner times such a choice again" if mark else ""))
 assert same or retuned > 0            # the bits can change only where a run timed the key again
 
 # %% [markdown]

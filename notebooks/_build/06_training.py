@@ -292,8 +292,8 @@ ax.set_yscale("log"); ax.axhline(1, color="k", lw=0.5)
 ticks = [t for t in (1, 2, 4, 8, 16, 32, 64, 128, 256) if t <= ax.get_ylim()[1]]
 ax.set_yticks(ticks, [f"{t:g}x" for t in ticks]); ax.minorticks_off()
 ax.set_ylabel("median in the tuning / choice's (log)")
-ax.set_title(f"{layer} ({p.C}->{p.K}, {p.R}x{p.S}, batch {p.N}): every candidate per pass, against the pass's "
-             "choice", fontsize=9)
+ax.set_title(f"{layer} ({p.C}->{p.K}, {p.R}x{p.S}" + ("" if "batch" in layer else f", batch {p.N}")
+             + "): every candidate per pass, against the pass's choice", fontsize=9)
 ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1))
 plt.tight_layout(); plt.show()
 

@@ -212,11 +212,12 @@ print(f"\ninference (weights fixed): prepared runs at {prepared / plain:.2f}x th
       + (f"the one-off prepare ({prep * 1e3:.1f} ms) is paid back after {prep / (plain - prepared):.1f} calls"
          if plain > prepared else "preparing does not pay on this layer here"))
 fresh = t[f"a fresh {form.nbytes / 2**20:.0f} MB array, written once"]
-print(f"why preparing alone ({prep * 1e3:.1f} ms) can cost more than the transform inside a call "
-      f"(plain - prepared = {(plain - prepared) * 1e3:.1f} ms): prepare returns a new {form.nbytes / 2**20:.0f} MB "
-      f"array, whose pages the kernel maps on first write, while the call transforms into a buffer it keeps; "
-      f"a fresh array of that size, written once, takes {fresh * 1e3:.1f} ms here, and transform + fresh array "
-      f"= {(plain - prepared + fresh) * 1e3:.1f} ms")
+in_call = plain - prepared
+print(f"prepare alone {prep * 1e3:.1f} ms, the transform inside a call (plain - prepared) {in_call * 1e3:.1f} ms: prepare "
+      f"returns a new {form.nbytes / 2**20:.0f} MB array, whose pages the OS maps on first write, while the call "
+      f"transforms into a buffer it keeps; a fresh array of that size, written once, takes {fresh * 1e3:.1f} ms here"
+      + (f", which is why preparing alone costs more (transform + fresh array = {(in_call + fresh) * 1e3:.1f} ms)"
+         if prep > in_call else ""))
 train_step = prep + prepared
 print(f"training (weights change every step): prepare + prepared call = {train_step * 1e3:.2f} ms against "
       f"{plain * 1e3:.2f} ms plain: "
