@@ -44,9 +44,10 @@ def _builder():
 
 
 @pytest.fixture
-def guard(monkeypatch):
-    monkeypatch.syspath_prepend(str(FOLDER))           # guard imports machine.py from notebooks/
-    module = _load("guard")
+def guard():
+    global guard_reading
+    module = _load("guard")                           # it imports machine.py from notebooks/
+    guard_reading = module.Reading
     yield module
     sys.modules.pop("machine", None)
 
@@ -110,14 +111,16 @@ def _notebook():
     return nb
 
 
-def _fake_run(shares):
-    """An execute() whose kernel waited the given share of its runnable time, one share per call."""
+def _fake_run(shares, others=0.5):
+    """An execute() whose kernel waited the given share of its runnable time, one share per call, while other
+    processes used ``others`` CPU seconds per cell (of 1 s)."""
     shares = list(shares)
 
     def execute(nb, watch):
         share = shares.pop(0)
-        cpu, wait = int(2e9 * (1 - share)), int(2e9 * share)
-        watch.readings = [(None, 0, 0, 0.0), (1, cpu // 2, wait // 2, 1.0), (2, cpu, wait, 2.0)]
+        cpu, wait = int(1e9 * (1 - share)), int(1e9 * share)
+        watch.readings = [guard_reading(None, 0, 0, 0.0, 0.0), guard_reading(1, cpu, wait, 1.0, cpu * 1e-9 + others),
+                          guard_reading(2, 2 * cpu, 2 * wait, 2.0, 2 * (cpu * 1e-9 + others))]
         watch.loads = [0.1, 0.2, 0.1]
     return execute
 
@@ -128,16 +131,18 @@ def _quiet_probe(share):
 
 def test_guard_stores_a_quiet_run_with_what_it_measured(guard, monkeypatch):
     monkeypatch.setattr(guard, "probe", _quiet_probe(0.01))
-    nb, measured = guard.guarded_run(_notebook, _fake_run([0.02]), tries=3, patience=0, log=lambda line: None)
+    nb, measured = guard.guarded_run(_notebook, _fake_run([0.02], others=0.01), tries=3, patience=0,
+                                     log=lambda line: None)
     assert nb is not None and measured["during"]["wait_share"] == pytest.approx(0.02)
     assert nb.metadata["quiet"]["try"] == 1
-    assert "during:" in nb.cells[1].outputs[-1]["text"] and "2.0%" in nb.cells[1].outputs[-1]["text"]
+    assert "during:" in nb.cells[1].outputs[-1]["text"] and "(2.0%" in nb.cells[1].outputs[-1]["text"]
 
 
 def test_guard_retries_a_run_contended_during_it(guard, monkeypatch):
     monkeypatch.setattr(guard, "probe", _quiet_probe(0.01))
     lines = []
-    nb, measured = guard.guarded_run(_notebook, _fake_run([0.30, 0.01]), tries=3, patience=0, log=lines.append)
+    nb, measured = guard.guarded_run(_notebook, _fake_run([0.30, 0.01], others=0.05), tries=3, patience=0,
+                                     log=lines.append)
     assert nb is not None and nb.metadata["quiet"]["try"] == 2
     assert any("contended during the run" in line for line in lines)
 
@@ -156,11 +161,28 @@ def test_guard_does_not_start_on_a_busy_machine(guard, monkeypatch):
     assert nb is None and not ran and measured["before"]["wait_share"] == 0.33
 
 
+def test_guard_refuses_a_busy_neighbour_the_kernel_did_not_wait_for(guard, monkeypatch):
+    monkeypatch.setattr(guard, "probe", _quiet_probe(0.01))
+    nb, measured = guard.guarded_run(_notebook, _fake_run([0.0], others=0.5), tries=1, patience=0,
+                                     log=lambda line: None)
+    assert nb is None and measured["during"]["others_cores"] == pytest.approx(0.5)
+
+
+def test_guard_keeps_a_wait_nothing_else_caused(guard, monkeypatch):
+    """The kernel's own threads competing (nothing else ran): its behaviour on any machine, stored."""
+    monkeypatch.setattr(guard, "probe", _quiet_probe(0.01))
+    nb, measured = guard.guarded_run(_notebook, _fake_run([0.20], others=0.0), tries=1, patience=0,
+                                     log=lambda line: None)
+    assert nb is not None and measured["during"]["wait_share"] == pytest.approx(0.20)
+
+
 def test_guard_judges_one_contended_cell(guard):
     watch = guard.Watch()
-    watch.readings = [(None, 0, 0, 0.0), (1, int(5e9), 0, 5.0), (2, int(5.6e9), int(0.4e9), 6.0)]
+    R = guard.Reading
+    watch.readings = [R(None, 0, 0, 0.0, 0.0), R(1, int(5e9), 0, 5.0, 5.0), R(2, int(5.6e9), int(0.4e9), 6.0, 5.65)]
     watch.loads = [0.1, 0.1, 0.1]
     during = watch.result()
     assert during["wait_share"] == pytest.approx(0.4 / 6.0, rel=1e-3)            # 6.7% over the run
-    assert during["worst_cell"] == {"share": 0.4, "cell": 2, "runnable_s": 1.0}
-    assert "cell 2 waited 40.0%" in guard.verdict(during)
+    assert during["others_cores"] == pytest.approx(0.05 / 6.0, abs=1e-3)         # under the run's limits
+    assert during["worst_cell"] == {"share": 0.4, "cell": 2, "others_cores": 0.05}
+    assert guard.verdict(during) == "cell 2 waited 40.0% (at most 10%) while other processes used 0.05 cores"
