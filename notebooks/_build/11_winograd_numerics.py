@@ -262,9 +262,9 @@ assert ints["winograd"] > 30 * best["winograd"] and kappa["F(6,3) integers"] > 3
 # ## What the library does with this
 #
 # `convalgos` computes float16 layers in float32 and rounds the result once (`convalgos/winograd/shared.py`):
-# the true-half rows above show why, since F(4,3) and F(6,3) in half precision throughout lose two to three
-# decimal digits against direct. The library's own error on a 16-channel layer, per algorithm and dtype,
-# against the float64 reference:
+# the true-half rows above show why, since F(4,3) and F(6,3) computed in half precision throughout are several
+# times less accurate than direct in half (conclusion 4). The library's own error on a 16-channel layer, per
+# algorithm and dtype, against the float64 reference:
 
 # %%
 x = rng.standard_normal((1, C, 24, 24), dtype=np.float32)

@@ -135,14 +135,14 @@ assert rank_s < 0.01 * tune_s
 # `cudnnGetConvolutionForwardAlgorithm_v7` "serves as a heuristic for obtaining the best suited algorithm ...
 # for the given layer specifications", returning all algorithms "sorted by expected (based on internal
 # heuristic) relative performance", while `cudnnFindConvolutionForwardAlgorithm` runs them all and sorts them
-# by measured time (cuDNN API reference, the `cudnn_cnn` library; PyTorch's `cudnn.benchmark = True` calls the
-# Find family). Its graph API names three **heuristic modes** (cuDNN Developer Guide, "Graph API", section
-# "Heuristics"):
+# by measured time (cuDNN API reference, the `cudnn_cnn` library; `torch.backends.cudnn.benchmark` chooses
+# between the two ways). Its graph API names three **heuristic modes** (cuDNN 9 documentation, the graph API's
+# section "Heuristics"):
 #
 # - **mode A**, "intended to be fast and be able to handle most operation graph patterns", returning engine
 #   configurations "ranked by the expected performance";
 # - **mode B**, "intended to be more generally accurate than mode A, but with the tradeoff of higher CPU
-#   latency to return the list", which "may fall back to the mode A heuristic in cases where we know mode A can
+#   latency to return the list of engine configs", which "may fall back to the mode A heuristic in cases where we know mode A can
 #   do better";
 # - **fallback**, "intended to be fast and provide functional fallbacks without expectation of optimal
 #   performance";
@@ -162,7 +162,7 @@ assert rank_s < 0.01 * tune_s
 #     saving per step S = Σ_k n_k (a_k - t_k),        break-even N* = T / S steps
 #
 # Below N* steps, benchmark mode has cost more than it saved; past it, it pays. Computed here for ResNet-20
-# (from the tables above) and LeNet-5 (batch 16, 32x32 digits-sized inputs), in steps: (a) the tuning seconds,
+# (from the tables above) and LeNet-5 (batch 16, 1x32x32 inputs), in steps: (a) the tuning seconds,
 # (b) the saving per step, (c) their quotient.
 
 # %%
@@ -209,8 +209,9 @@ for against, mode in (("vs the heuristic", "heuristic"), ("vs forced direct", "f
           f"errors of the difference of medians, notebook 3) against {predicted * 1e3:.1f} ms predicted from the race"
           + ("; within the noise" if abs(saved) < band else ""))
 steps_direct, saving_direct, tuning20 = breakeven["resnet20 b4", "vs forced direct"]
+CIFAR10_TRAIN = 50_000      # images in CIFAR-10's training set (Krizhevsky, 2009), ResNet-20's data set
 print(f"\nResNet-20's tuning ({tuning20:.1f} s) pays for itself against forced direct after {steps_direct:,.0f} steps "
-      f"by the race's numbers: an epoch of 50,000 CIFAR images at batch 4 is 12,500 steps")
+      f"by the race's numbers: an epoch of CIFAR-10 at batch {len(x20)} is {CIFAR10_TRAIN // len(x20):,} steps")
 assert saving_direct > 0 and tuning20 > saving_direct
 
 # %% [markdown]
@@ -289,9 +290,7 @@ assert min(costs.values()) > 1.2
 # A limit never fails a call that some algorithm could serve (`workspace_limit=0` still runs, through
 # `implicit_gemm`), and it cannot make the choice faster: each step of the staircase chooses among fewer
 # candidates (a step that measures faster than the one before it is the noise of a race between near-ties).
-# What a step costs depends on the layer: the 3x3 layer gives up Winograd's transformed tiles for direct's
-# padded copy at a small price, then the copy itself for a much larger one; the 7x7 stem, whose direct kernel
-# needs only its padded copy, pays most for giving that up, since reading the input in place with per-tap
-# bounds is what makes `implicit_gemm` slow on a 3-channel image. On a GPU the trade is the same, with
+# What each step costs depends on the layer and is printed above; the last one, to `implicit_gemm`, which reads x
+# in place with per-tap bounds instead of from a padded copy, costs over 1.2x on both layers (checked). On a GPU the trade is the same, with
 # the workspace coming out of the device memory the model and its activations need (`convalgos.workspace_cap`
 # is a quarter of it by default).
