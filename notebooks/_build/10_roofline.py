@@ -123,9 +123,9 @@ print(f"bandwidth: {bw / 1e9:.1f} GB/s; ridge point P / B = {peak / bw:.1f} FLOP
 #
 # **Bytes**, a stated model (the one `autotune/heuristics.py` seeds the GPU's ranking with): the operands x, w
 # and y moved once each, plus the workspace written once and read once, `2 x algorithm.workspace_bytes(p)`.
-# It is a lower bound on the traffic of a cold call: a kernel that re-reads its input (im2col's patch matrix
-# reads x R·S times while building it) moves more, and a layer whose operands fit in the caches (L2 above)
-# moves less from memory on a warm call. The roof is measured again in every round of the layers' timing (the
+# It is a model, not a measurement: a kernel that re-reads its input (im2col's patch matrix reads x R·S times
+# while building it) moves more, and operands or a workspace that stay in the caches (L2 above) move less from
+# memory. The roof is measured again in every round of the layers' timing (the
 # two kernels above run interleaved with the algorithms, and the fastest run of each stands), so that the
 # points and the roof are taken at the same moments of a possibly busy machine; the FMA kernel runs about a
 # millisecond, as long as a layer's call, since on a shared machine a short run is more often undisturbed

@@ -197,7 +197,7 @@ direct_tuner = autotune.Tuner(heuristics=Heuristics({"rules": [{"name": "direct 
                                                                    "order": ["direct"]}]}))
 forced = train_step_of(models.resnet20(seed=0, tuner=direct_tuner).train())
 steps20 = {"benchmark": r20["benchmark"]["step"], "heuristic": r20["heuristic"]["step"], "forced direct": forced}
-samples = measure.interleaved({k: (lambda f=f: f(x20, labels20)) for k, f in steps20.items()}, rounds=7)
+samples = measure.interleaved({k: (lambda f=f: f(x20, labels20)) for k, f in steps20.items()}, rounds=5)
 measured = {k: measure.median(s) for k, s in samples.items()}
 for against, mode in (("vs the heuristic", "heuristic"), ("vs forced direct", "forced direct")):
     steps, predicted, tuning = breakeven["resnet20 b4", against]
