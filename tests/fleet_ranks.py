@@ -51,14 +51,15 @@ def start(rank: int, folder: str, size: int = 2):
 
 
 def count_tunings(log: list):
-    """Log (tuner name, key) of every ``tuning.tune`` this process runs (a tuner's ``log_name``)."""
+    """Log [tuner name, key, samples] of every ``tuning.tune`` this process runs (a tuner's ``_log_name``)."""
     import autotune.tuner
     import autotune.tuning
     real = autotune.tuning.tune
 
     def counted(tuner, key, *args):
-        log.append([getattr(tuner, "_log_name", "?"), json.dumps(key.to_dict(), sort_keys=True)])
-        return real(tuner, key, *args)
+        entry = real(tuner, key, *args)
+        log.append([getattr(tuner, "_log_name", "?"), json.dumps(key.to_dict(), sort_keys=True), entry.samples])
+        return entry
 
     autotune.tuning.tune = autotune.tuner.tune = counted
 
@@ -163,6 +164,9 @@ def training(rank: int, folder: str) -> None:
     timed_ahead = len(fleets["ahead"].timed)
     result["after"] = train(torch, after, data)
     result["timed_after_prepare"] = len(fleets["ahead"].timed) - timed_ahead
+    marked = min(misses.dispatch_table(), key=lambda e: json.dumps(e.key.to_dict(), sort_keys=True))
+    marked.provisional, misses._log_name = "marked by the test, on both ranks", "rerace"
+    result["reraced"] = [json.dumps(k.to_dict(), sort_keys=True) for k in fleets["misses"].rerace()]
     result["tables"] = {"misses": table(misses), "ahead": table(ahead)}
     result["tunings"] = log
     result["intervals"] = [[t.started, t.ended] for f in fleets.values() for t in f.timed]
@@ -195,7 +199,7 @@ def faults(rank: int, folder: str) -> None:
     written = fleet.save(path)
     fresh = autotune.Tuner()
     fresh.load(path)
-    result["machines"] = {"tunings": [k for n, k in log if n == "apart"], "table": table(apart), "written": written,
+    result["machines"] = {"tunings": [t[1:] for t in log if t[0] == "apart"], "table": table(apart), "written": written,
                           "loaded": table(fresh), "file": json.loads(path.read_text())}
     autotune.cache.fingerprint = real
 

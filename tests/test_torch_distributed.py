@@ -2,7 +2,8 @@
 says what each rank runs). A converted CNN trains 3 steps under DistributedDataParallel, converted before
 wrapping (tuned at its misses) and after (tuned ahead by ``Fleet.prepare``); the parameters are equal on both
 ranks and within float32's drift of the unconverted DDP run; the dispatch tables are identical; each key was
-timed by exactly one rank, and no two timings overlapped (the ranks share one machine). A candidate raising
+timed by exactly one rank, and no two timings overlapped (the ranks share one machine); a provisional entry is
+raced again by one rank for both (``Fleet.rerace``). A candidate raising
 on one rank hangs nothing; a rank that stays out of a round is waited for ``timeout`` seconds, no longer.
 Ranks of different machine fingerprints keep apart tables, written into one file by ``Fleet.save``.
 """
@@ -50,7 +51,7 @@ def test_the_ranks_dispatch_tables_are_identical(training):
 
 def test_each_key_was_timed_by_exactly_one_rank_and_the_keys_were_split(training):
     for name in ("misses", "ahead"):
-        timed = [[k for n, k in r["tunings"] if n == name] for r in training]
+        timed = [[k for n, k, _ in r["tunings"] if n == name] for r in training]
         for keys in timed:
             assert len(keys) == len(set(keys)), f"{name}: a rank timed a key twice"
         assert not set(timed[0]) & set(timed[1]), f"{name}: a key was timed by both ranks"
@@ -60,9 +61,19 @@ def test_each_key_was_timed_by_exactly_one_rank_and_the_keys_were_split(training
     assert [r["timed_after_prepare"] for r in training] == [0, 0]   # prepare left no miss to the steps
 
 
+def test_a_provisional_entry_is_raced_again_by_one_rank_for_every_rank(training):
+    key = training[0]["reraced"]
+    assert len(key) == 1 and training[1]["reraced"] == key
+    raced = [[s for n, k, s in r["tunings"] if n == "rerace"] for r in training]
+    assert sorted(map(len, raced)) == [0, 1], "the re-race was not timed by exactly one rank"
+    for r in training:
+        entry = next(e for e in r["tables"]["misses"] if json.dumps(e["key"], sort_keys=True) == key[0])
+        assert entry["reraced"] == 1 and entry["samples"] == (raced[0] or raced[1])[0]
+
+
 def test_ranks_of_one_machine_never_time_at_the_same_moment(training):
     intervals = sorted(i for r in training for i in r["intervals"])
-    assert len(intervals) == 10
+    assert len(intervals) == 11
     for (_, ended), (started, _) in zip(intervals, intervals[1:]):
         assert ended <= started, "two ranks of one machine were timing at once"
 
@@ -97,7 +108,9 @@ def test_a_rank_that_stays_out_is_waited_for_timeout_seconds_then_each_tunes_alo
 def test_ranks_of_different_machines_keep_apart_tables_saved_into_one_file(faults):
     for r in faults:
         machines = r["machines"]
-        assert len(machines["tunings"]) == 2 and keys_of(machines["table"]) == set(machines["tunings"])
+        assert len(machines["tunings"]) == 2 and keys_of(machines["table"]) == {k for k, _ in machines["tunings"]}
+        assert all(e["samples"] in [s for _, s in machines["tunings"]] for e in machines["table"]), (
+            "a rank's table holds an entry another machine's rank measured")
         assert machines["written"] is True
         assert machines["loaded"] == machines["table"], "a rank loaded entries other than its own machine's"
     file = faults[0]["machines"]["file"]

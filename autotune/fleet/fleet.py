@@ -92,9 +92,10 @@ class Fleet:
     def tune(self, tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
         """``tuning.tune``'s answer for ``key``, timed by one rank of the fleet (a round: every rank calls it)."""
         try:
-            found = self._round(tuner, [key], {key: (a, b, device, registry, out, timer)}, store_own=False)
+            found = self._round(tuner, [key], {key: (a, b, device, registry, out, timer)})
         except FleetBroken:
             return tuning.tune(tuner, key, a, b, device, registry, out, timer)
+        _store(tuner, {k: e for k, e in found.items() if k != key})
         if isinstance(found[key], str):
             raise RuntimeError(found[key])
         return found[key]
@@ -118,13 +119,31 @@ class Fleet:
                 m.tuner = t
         keys = [e.key for e in scratch.dispatch_table() if self._needs(e.key)]
         try:
-            found = self._round(self.tuner, keys, {}, store_own=True)
+            found = self._round(self.tuner, keys, {})
         except FleetBroken:
             return []
-        path = cache_file(self.tuner)
-        if path and found:
-            self.tuner.save(path)
-        return list(found)
+        _store(self.tuner, found)
+        self._save_cache(found)
+        return [k for k in keys if isinstance(found.get(k), Entry)]
+
+    def rerace(self) -> list:
+        """Race again, split across the fleet, the tuner's provisional entries (chosen on runs that waited for a
+        CPU). Without a fleet the Tuner re-races such an entry at a hit once its own machine looks quiet; in a
+        fleet one rank's reading is not the others', so the ranks re-race together, here, at a point every rank
+        reaches (between epochs, say), on random operands of each key's shape (``operands.py``). Each new entry
+        replaces the old on every rank of the group (``reraced`` counted, provisional again only if its runs
+        waited too). Returns the keys raced."""
+        old = {e.key: e for e in self.tuner.dispatch_table() if e.provisional and e.source == "benchmark"}
+        try:
+            found = self._round(self.tuner, list(old), {})
+        except FleetBroken:
+            return []
+        for key, entry in found.items():
+            if isinstance(entry, Entry) and key in old:
+                entry.reraced = old[key].reraced + 1
+                self.tuner.table.rerace(entry)
+        self._save_cache(found)
+        return [k for k in old if isinstance(found.get(k), Entry)]
 
     # ---- the table on disk -------------------------------------------------------------------------------------
     def save(self, path) -> bool:
@@ -150,8 +169,8 @@ class Fleet:
             raise
 
     # ---- one round ---------------------------------------------------------------------------------------------
-    def _round(self, tuner, keys: list, local: dict, store_own: bool) -> dict:
-        """Key -> Entry (or the error text) for this rank's ``keys``; the group's other keys are stored."""
+    def _round(self, tuner, keys: list, local: dict) -> dict:
+        """Key -> Entry (or the error text) for every key of this rank's group that the round timed."""
         try:
             wanted = [[Key.from_dict(k) for k in ks] for ks in self.channel.gather([k.to_dict() for k in keys])]
             plan = make_plan(self.members, wanted, self.load)
@@ -167,11 +186,7 @@ class Fleet:
         except FleetBroken as e:
             self._break(str(e))
             raise
-        for key, entry in found.items():
-            if isinstance(entry, Entry) and (store_own or key not in keys):
-                tuner.table.store(entry)
-                tuner.shapes.record(entry)
-        return {k: v for k, v in found.items() if k in keys}
+        return found
 
     def _time(self, tuner, key: Key, local: dict) -> dict:
         """{"entry": dict} for ``key`` timed here (on the call's operands when it is this rank's miss), or
@@ -198,6 +213,11 @@ class Fleet:
         self.leave()
 
     # ---- helpers -----------------------------------------------------------------------------------------------
+    def _save_cache(self, found: dict) -> None:
+        path = cache_file(self.tuner)
+        if path and any(isinstance(e, Entry) for e in found.values()):
+            self.tuner.save(path)
+
     def _tuner_of(self, layer):
         import autotune
         return autotune.default_tuner() if layer.tuner is None else layer.tuner
@@ -217,6 +237,14 @@ class Fleet:
         if not t.benchmark or (entry is not None and entry.source != "heuristic"):
             return False
         return t.patience is None or t.shapes.shapes(key) < t.patience or t.shapes.knows(key)
+
+
+def _store(tuner, found: dict) -> None:
+    """Keep the entries of ``found`` (not the errors) as tuned here: in the table and the layers' shape log."""
+    for entry in found.values():
+        if isinstance(entry, Entry):
+            tuner.table.store(entry)
+            tuner.shapes.record(entry)
 
 
 def _registry(tuner, device) -> dict:
