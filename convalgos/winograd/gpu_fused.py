@@ -26,7 +26,8 @@ trips of V and M, so it should win on wide planes with few channels and lose on 
 
 Compiled for sm_90 (numba-cuda 0.30.4, NVVM 13.5, ptxas -v; not yet run on a GPU), float32: 230 registers per
 thread for F(4x4), 252 for F(6x6), no local memory, 36 and 32 KB of shared memory per block: one block of 256
-threads per multiprocessor. float64 spills 104 and 456 bytes per thread (not a speed target).
+threads per multiprocessor. float64 spills (not a speed target): 104 / 112 and 436 / 456 bytes of stores / loads
+per thread. ``tests/test_gpu_ptx.py`` compiles them in CI and fails on any other spill.
 
 FLOPs (``flops``): alpha^2 products per tile and (k, c) pair over the tiles rounded up to whole blocks, the
 input transforms as computed (dense, once per block of output channels), the output transforms, and the filter
