@@ -175,8 +175,8 @@ if probe:
 # driver replays with one call: no Python, no argument conversion, no per-kernel launch from the host. The
 # probe captured launches on a stream and replayed them: the cost per kernel is the last lines of the list
 # above. Replayed, ResNet-20's step would cost the host its kernels times that, far below its GPU time, so the
-# step would become **GPU-bound**. A prediction from the record, not a measured graphed step (none was run on
-# the H200):
+# step would become **GPU-bound**. A prediction from the record, not a measured graphed step (the record holds
+# none):
 
 # %%
 if probe:
