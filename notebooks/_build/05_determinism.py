@@ -76,7 +76,7 @@ print("\nevery algorithm repeated its bits:", all(repeats.values()))
 FAST = ("direct", "direct_channels", "implicit_gemm", "im2col", "winograd_2x2", "winograd_4x4", "winograd_fused_4x4")
 layers = [((2, 32, 32, 32), (32, 32, 3, 3)), ((8, 32, 16, 16), (32, 32, 3, 3)),
           ((4, 64, 16, 16), (64, 64, 3, 3)), ((16, 64, 8, 8), (64, 64, 3, 3))]
-pairs = {}
+gaps = {}
 for x_shape, w_shape in layers:
     xl = rng.standard_normal(x_shape, dtype=np.float32)
     wl = rng.standard_normal(w_shape, dtype=np.float32) / np.float32(np.sqrt(9 * w_shape[1]))
@@ -87,17 +87,24 @@ for x_shape, w_shape in layers:
     med = {n: measure.median(v) for n, v in s.items()}
     a = min(med, key=med.get)
     b = min((n for n in med if bits[n] != bits[a]), key=med.get)
-    pairs[pl] = (med[b] / med[a], a, b, xl, wl)
+    gaps[pl] = (med[b] / med[a], a, b, xl, wl)
     print(f"{str(pl):<38} fastest {a} {med[a] * 1e3:.3f} ms; fastest with other bits {b} {med[b] * 1e3:.3f} ms "
           f"({med[b] / med[a]:.3f}x)")
-pc = min(pairs, key=lambda q: pairs[q][0])
-gap, A, B, xc, wc = pairs[pc]
+pc = min(gaps, key=lambda q: gaps[q][0])
+gap, A, B, xc, wc = gaps[pc]
 print(f"\nkept: {pc}, {A} against {B}, {gap:.3f}x apart")
 
 # %% [markdown]
-# Twenty short races between those two stand for twenty runs of a program with benchmark mode on (each a new
-# process, an empty table): 3 interleaved rounds each, about what a tuning gives a close pair. Each race is
-# judged by two rules:
+# Twenty short races stand for twenty runs of a program with benchmark mode on (each a new process, an empty
+# table): 3 interleaved rounds each, about what a tuning gives a close pair. Two pairs race:
+#
+# - the closest real pair found above;
+# - **twins**: `direct`, and `direct` on the same input and weights with the channels stored in reverse order.
+#   The same kernel on the same sizes, so the same speed, but the sum over channels runs the other way round,
+#   so the bits differ: a stand-in for two library kernels of equal speed, which is when the flip is certain
+#   to be possible.
+#
+# Each race is judged by two rules:
 #
 # - **the fastest median wins** (what a plain benchmark does);
 # - **the tuner's rule** (`autotune.measure.choose`): the fastest median, but candidates within the measured
@@ -107,48 +114,58 @@ print(f"\nkept: {pc}, {A} against {B}, {gap:.3f}x apart")
 
 # %%
 refc = reference.conv2d(xc.astype(np.float64), wc.astype(np.float64), padding=1)
-outputs_c = {n: convalgos.conv2d(xc, wc, padding=1, algo=n) for n in (A, B)}
-preference = {n: (not convalgos.ALGORITHMS[n].deterministic, convalgos.ALGORITHMS[n].workspace_bytes(pc),
-                  reference.normwise_error(outputs_c[n], refc), n) for n in (A, B)}
+xr, wr = np.ascontiguousarray(xc[:, ::-1]), np.ascontiguousarray(wc[:, ::-1])     # the channels, reversed
+TWIN = "direct, channels reversed"
+pairs = {"closest pair": {A: lambda: convalgos.conv2d(xc, wc, padding=1, algo=A),
+                          B: lambda: convalgos.conv2d(xc, wc, padding=1, algo=B)},
+         "twins": {"direct": lambda: convalgos.conv2d(xc, wc, padding=1, algo="direct"),
+                   TWIN: lambda: convalgos.conv2d(xr, wr, padding=1, algo="direct")}}
 RACES = 20
-races = []
-for _ in range(RACES):
-    s = measure.interleaved({n: (lambda n=n: convalgos.conv2d(xc, wc, padding=1, algo=n)) for n in (A, B)}, rounds=3)
-    fastest = min(s, key=lambda n: measure.median(s[n]))
-    by_rule, tied = measure.choose(s, 0.01, preference.get)
-    races.append(dict(ratio=measure.median(s[B]) / measure.median(s[A]), fastest=fastest, rule=by_rule,
-                      band=max(0.01, measure.noise(s[A]), measure.noise(s[B]))))
-counts = {rule: {n: sum(r[rule] == n for r in races) for n in (A, B)} for rule in ("fastest", "rule")}
-flips = {rule: min(c.values()) > 0 for rule, c in counts.items()}
-print(f"{A} and {B} differ in {np.mean(outputs_c[A] != outputs_c[B]):.0%} of the output elements' bits")
-print(f"fastest median wins: {A} {counts['fastest'][A]} times, {B} {counts['fastest'][B]} times of {RACES}"
-      + (": the choice, and so the output's bits, changed from run to run" if flips["fastest"] else
-         ": the same choice every time (the pair was not close enough on this run)"))
-print(f"the tuner's rule:    {A} {counts['rule'][A]} times, {B} {counts['rule'][B]} times of {RACES}; "
-      f"a tie goes to {min((A, B), key=preference.get)} (both deterministic; workspace "
-      f"{preference[A][1] / 2**20:.2f} MiB for {A}, {preference[B][1] / 2**20:.2f} MiB for {B})")
-assert sum(counts["fastest"].values()) == sum(counts["rule"].values()) == RACES
+races, counts = {}, {}
+for label, calls in pairs.items():
+    outs = {n: call() for n, call in calls.items()}
+    algo = {n: convalgos.ALGORITHMS[n.split(",")[0]] for n in calls}
+    preference = {n: (not algo[n].deterministic, algo[n].workspace_bytes(pc), reference.normwise_error(outs[n], refc), n)
+                  for n in calls}
+    a, b = calls
+    races[label] = []
+    for _ in range(RACES):
+        s = measure.interleaved(calls, rounds=3)
+        by_rule, tied = measure.choose(s, 0.01, preference.get)
+        races[label].append(dict(ratio=measure.median(s[b]) / measure.median(s[a]), rule=by_rule,
+                                 fastest=min(s, key=lambda n: measure.median(s[n])),
+                                 band=max(0.01, measure.noise(s[a]), measure.noise(s[b]))))
+    counts[label] = {rule: {n: sum(r[rule] == n for r in races[label]) for n in calls} for rule in ("fastest", "rule")}
+    print(f"{label}: {a} against {b}; their outputs differ in {np.mean(outs[a] != outs[b]):.0%} of the elements' bits")
+    for rule, words in (("fastest", "fastest median wins"), ("rule", "the tuner's rule   ")):
+        c = counts[label][rule]
+        print(f"   {words}: {a} {c[a]} times, {b} {c[b]} times of {RACES}"
+              + (": the choice, and the bits, changed from run to run" if min(c.values()) else ": the same choice every time"))
+    print(f"   a tie goes to {min(calls, key=preference.get)}\n")
+    assert all(sum(c.values()) == RACES for c in counts[label].values())
 
-fig, ax = plt.subplots(figsize=(9, 3.2))
+fig, axes = plt.subplots(1, 2, figsize=(12, 3.4), sharey=True)
 trial = np.arange(1, RACES + 1)
-ratio = np.array([r["ratio"] for r in races])
-band = np.array([r["band"] for r in races])
-ax.fill_between(trial, 1 / (1 + band), 1 + band, color="0.85", step="mid", label="tie band (measured noise, >= 1%)")
-for n, marker in ((A, "o"), (B, "s")):
-    chose = np.array([r["rule"] == n for r in races])
-    ax.plot(trial[chose], ratio[chose], marker, mfc="none", ms=9, ls="none", label=f"the tuner's rule chose {n}")
-ax.plot(trial, ratio, "k.", label=f"{B} / {A}, medians of one race")
-ax.axhline(1, color="k", lw=0.6); ax.set_yscale("log")
-ax.set_xlabel("race (a fresh run of the program)"); ax.set_ylabel(f"time ratio {B} / {A} (log)")
-ax.set_title(f"{pc}: below 1, {B} measured faster", fontsize=9)
-ax.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.01, 1)); ax.set_xticks(trial[::2])
+for ax, (label, rs) in zip(axes, races.items()):
+    a, b = pairs[label]
+    ratio, band = np.array([r["ratio"] for r in rs]), np.array([r["band"] for r in rs])
+    ax.fill_between(trial, 1 / (1 + band), 1 + band, color="0.85", step="mid", label="tie band (noise, >= 1%)")
+    for n, marker in ((a, "o"), (b, "s")):
+        chose = np.array([r["rule"] == n for r in rs])
+        ax.plot(trial[chose], ratio[chose], marker, mfc="none", ms=9, ls="none", label=f"the tuner's rule chose {n}")
+    ax.plot(trial, ratio, "k.", label=f"medians' ratio in one race")
+    ax.axhline(1, color="k", lw=0.6); ax.set_yscale("log"); ax.set_xticks(trial[::2])
+    ax.set_xlabel("race (a fresh run of the program)")
+    ax.set_title(f"{label}: {b} / {a}\n(below 1: {b} measured faster)", fontsize=9)
+    ax.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.25), ncol=2)
+axes[0].set_ylabel("time ratio (log)")
 plt.tight_layout(); plt.show()
 
 # %% [markdown]
-# Below the line at 1 the plain rule picks the other algorithm: how often that happens depends on how close
-# the pair is against the noise (the counts above). The tuner's rule can still flip when one race measures
-# the pair apart by more than the band in one direction and the next race in the other, but inside the band
-# the tie-break holds. Real tunings of that layer, four fresh `Tuner`s with every candidate, each entry with
+# Below the line at 1 the plain rule picks the other candidate: how often that happens depends on how close
+# the pair is against the noise (the counts above; for twins, about half the time). The tuner's rule can still
+# flip when one race measures the pair apart by more than the band in one direction and the next race in the
+# other, but inside the band the tie-break holds. Real tunings of that layer, four fresh `Tuner`s with every candidate, each entry with
 # the candidates it found tied:
 
 # %%
