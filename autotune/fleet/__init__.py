@@ -6,6 +6,7 @@
     >>> fleet = autotune.fleet.Fleet()                     # every rank, at once: the default tuner joins
     >>> fleet.prepare(model, lambda: loss_fn(model(x), y).backward())   # optional: the step's keys, split
     >>> ...                                                # train: a miss is timed by one rank, shared by all
+    >>> fleet.rerace()                                     # every rank, between epochs: provisional entries
     >>> fleet.save("fleet-table.json")                     # every rank; rank 0 writes each machine's entries
 
 With cuDNN's benchmark mode each of N ranks times every layer itself, N times the work, on cores it may share
@@ -19,9 +20,11 @@ Here (``fleet.py``):
   tune a model in about 1/N of the time; ranks on one node take turns (they share its cores, and a race timed
   beside another is a race of contention) (``plan.py``);
 - ranks whose machine fingerprints differ (``autotune.cache.fingerprint``) keep apart tables;
-- a miss during training (a new batch size, re-timing a contended entry, ``patience``) is one round among all
+- a miss during training (a new batch size; ``patience``, counted alike on every rank) is one round among all
   ranks, as a miss is in one process; every rank must run the same convolutions in the same order, as
   DistributedDataParallel's ranks do, with the same flags;
+- provisional entries (raced while the cores were shared) are raced again by ``fleet.rerace()``, at a point
+  every rank reaches, split across the ranks (the Tuner's own re-race on a quiet reading is off in a fleet);
 - ``save`` writes every machine's entries into one cache file from rank 0; each rank loads it as usual and
   takes its own machine's entries;
 - where no fleet can be made (no process group, no gloo) ``Fleet`` raises ``FleetError``, and

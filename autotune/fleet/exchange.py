@@ -17,6 +17,7 @@ from __future__ import annotations
 import datetime
 import json
 import socket
+import time
 
 import torch
 import torch.distributed as dist
@@ -57,12 +58,15 @@ def require_group() -> None:
 
 
 class Channel:
-    """All-gathers of JSON documents among every rank of the default group, each bounded by ``timeout`` s."""
+    """All-gathers of JSON documents among every rank of the default group, each bounded by ``timeout`` s.
+    ``gathers`` and ``seconds``: how many this rank took part in, and the seconds it spent in them (waiting for
+    the others included)."""
 
     def __init__(self, timeout: float):
         require_group()
         self.timeout = timeout
         self.broken = None                 # why the channel broke, once it has
+        self.gathers, self.seconds = 0, 0.0
         try:
             self.group = dist.new_group(backend="gloo", timeout=datetime.timedelta(seconds=timeout))
         except Exception as e:  # noqa: BLE001 - a rank that never came, or a store that failed
@@ -76,6 +80,7 @@ class Channel:
         if self.broken:
             raise FleetBroken(self.broken)
         data = json.dumps(document).encode()
+        began = time.perf_counter()
         try:
             sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.size)]
             dist.all_gather(sizes, torch.tensor([len(data)], dtype=torch.int64), group=self.group)
@@ -88,4 +93,6 @@ class Channel:
             self.broken = (f"a fleet collective failed on rank {self.rank} ({type(e).__name__}: "
                            f"{str(e).splitlines()[0][:300]}); timeout={self.timeout} s")
             raise FleetBroken(self.broken) from e
+        finally:
+            self.gathers, self.seconds = self.gathers + 1, self.seconds + time.perf_counter() - began
         return [json.loads(bytes(c[:int(s)].numpy())) for c, s in zip(chunks, sizes)]

@@ -7,11 +7,12 @@ as decoded from the same JSON, so the tables are identical. A round is entered b
 
 - a miss (``tune``, called by ``Tuner._tune`` in benchmark mode): ranks running the same model in lockstep
   (DistributedDataParallel) miss the same keys in the same order, so they all come with their key; keys that
-  differ between ranks (a different last batch) are all tuned in the same round, each by a rank that has it.
-  A contended entry's re-timing (``Tuner._confirm``) is such a round too: every rank holds the same entry and
-  reaches the same hit;
+  differ between ranks (a different last batch) are all tuned in the same round, each by a rank that has it;
 - ``prepare(model, step)``: the keys of one run of ``step`` (recorded with benchmark off, on a scratch tuner),
-  split across ranks and nodes in one round, each timed on random operands of its shape (``operands.py``).
+  split across ranks and nodes in one round, each timed on random operands of its shape (``operands.py``);
+- ``rerace()``: the provisional entries (chosen on runs that waited for a CPU), raced again in one round at a
+  point every rank reaches. The Tuner re-races such an entry on its own only without a fleet: its trigger is
+  its own machine's reading, which another rank does not share.
 
 Faults: a candidate that raises is skipped by ``tuning.tune`` as in one process; a tuning that raises sends
 its error instead of an entry, and every rank that wanted that key raises it (the torch bridge then computes
