@@ -23,8 +23,9 @@ PARTS = 2
 
 #: (kernel family.factory, arguments) -> why it may fail today: "error" (does not compile) or "spill".
 KNOWN = {
-    ("nn.relu_kernel", "f16[1] f16[1]"): ("error", "NVVM rejects the float16 ReLU's IR (ERROR_INVALID_IR): "
-                                         "a float16 model's ReLU cannot run on a GPU (issue 40's report)"),
+    ("nn.relu_kernel", "f16[1] f16[1]"): ("error", "NVVM rejects the IR of a float16 constant (``zero``, "
+                                         "ERROR_INVALID_IR): a float16 model's ReLU cannot run on a GPU; storing "
+                                         "a float32 zero or a literal 0 compiles"),
     ("nn.relu_grad_kernel", "f16[1] f16[1] f16[1]"): ("error", "as nn.relu_kernel's float16 form"),
     ("winograd.fused_kernel", "f64[4] f64[4] f64[2] f64[2] i64 i64 i64 i64 f64[4] i64"): (
         "spill", "float64 needs 2 registers per element: alpha^2 accumulators and the alpha x alpha input tile "
