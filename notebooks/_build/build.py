@@ -115,7 +115,8 @@ def main(argv=None) -> int:
             times[target.name] = during["seconds"]
             print(f"   {during['seconds']:.0f} s of cells ({time.perf_counter() - start:.0f} s with kernel start, "
                   f"probes and retries); before: probes waited {measured['before']['wait_share']:.1%}; during: "
-                  f"kernel waited {during['wait_share']:.1%} (worst cell {during['worst_cell']['share']:.1%}), "
+                  f"other processes {during['others_cores']:.2f} cores, kernel waited {during['wait_share']:.1%} (worst "
+                  f"cell {during['worst_cell']['share']:.1%}), "
                   f"load {during['load_min']:.2f}-{during['load_max']:.2f}", flush=True)
         if nb is None:
             refused.append(target.name)
