@@ -228,9 +228,9 @@ print(f"\nshift_and_add won {sum(wins)} of {len(layers)} layers"
       + (": the " + ", ".join(f"{p.R}x{p.S}" for p, won in zip(layers, wins) if won) + " one(s)" if any(wins) else ""))
 
 # %% [markdown]
-# Each margin above is one tuning on a shared machine: a ratio within about 10% can go the other way on another
-# run (an entry's tied list says which candidates were within the measured noise). The FLOPs and bytes beside
-# them do not change from run to run. `convalgos.unregister` takes the algorithm out of the registry again.
+# Each margin above is one tuning: a margin within the measured noise can go the other way on another run (an
+# entry's tied list names the candidates that were within it; notebook 5 races such a pair). The FLOPs and
+# bytes beside them do not change from run to run. `convalgos.unregister` takes the algorithm out of the registry again.
 
 # %%
 convalgos.unregister("shift_and_add")
