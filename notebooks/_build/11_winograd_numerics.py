@@ -52,7 +52,8 @@ CONFIGS = {                                  # label -> (m, finite points; None 
     "F(6,3) integers": (6, (0, 1, -1, 2, -2, 3, -3)),
 }
 transforms = {label: cook_toom(m, 3, points) for label, (m, points) in CONFIGS.items()}
-print(f"{'transform':<22}{'points (and infinity)':<34}{'max |entry| of A^T, G, B^T':<30}{'κ₂ of A^T, G, B^T':<26}{'κ':>10}")
+print(f"{'transform':<22}{'points (and infinity)':<34}{'max |entry| of A^T, G, B^T':<30}"
+      f"{'κ₂ of A^T, G, B^T':<26}{'κ':>10}")
 kappa = {}
 for label, mats in transforms.items():
     AT, G, BT = mats.as_float(np.float64)
@@ -86,7 +87,8 @@ for row in transforms["F(4,3) Lavin & Gray"].AT:
 # (Higham, *Accuracy and Stability of Numerical Algorithms*, 2nd ed., §3.1). Following each stage (G rounded
 # to the dtype: 2 roundings; U: 2 · 3; V: 2α; the product: 1; the channel sum: C; Y: 2α):
 #
-#     |Y_computed - Y| ≤ γ_n · E,   E = |A^T| ( Σ_c (|G| |g_c| |G|^T) ⊙ (|B^T| |d_c| |B|) ) |A|,   n = 2 + 6 + 4α + 1 + C
+#     |Y_computed - Y| ≤ γ_n · E,    n = 2 + 6 + 4α + 1 + C,
+#     E = |A^T| ( Σ_c (|G| |g_c| |G|^T) ⊙ (|B^T| |d_c| |B|) ) |A|
 #
 # to first order in u (A^T and B^T are exact in both dtypes here: the cell below checks it). Normwise:
 # error ≤ γ_n · max E / max |Y|. The same argument gives direct's bound, γ_{9C} · max(Σ |g| |d|) / max |Y|. The

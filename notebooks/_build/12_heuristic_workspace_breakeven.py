@@ -113,9 +113,9 @@ step_choice = sum(r["calls"] * r["t"] for r in timed)
 step_pick = sum(r["calls"] * r["t pick"] for r in timed)
 worst = max(timed, key=lambda r: r["t pick"] / r["t"])
 print(f"the heuristic picked what benchmark mode chose on {agree} of {len(rows20)} keys; over one step's conv "
-      f"passes (each key's time x its calls) its picks add up to {step_pick * 1e3:.1f} ms against {step_choice * 1e3:.1f} "
-      f"ms, a regret of {step_pick / step_choice:.2f}x; its worst key: {worst['key'].op} {worst['key'].params} "
-      f"({worst['pick']} {worst['t pick'] / worst['t']:.1f}x {worst['choice']}'s time)")
+      f"passes (each key's time x its calls) its picks add up to {step_pick * 1e3:.1f} ms against "
+      f"{step_choice * 1e3:.1f} ms, a regret of {step_pick / step_choice:.2f}x; its worst key: {worst['key'].op} "
+      f"{worst['key'].params} ({worst['pick']} {worst['t pick'] / worst['t']:.1f}x {worst['choice']}'s time)")
 assert agree < len(rows20) and step_pick / step_choice > 1.0
 
 h = autotune.Tuner().heuristics
@@ -142,8 +142,8 @@ assert rank_s < 0.01 * tune_s
 # - **mode A**, "intended to be fast and be able to handle most operation graph patterns", returning engine
 #   configurations "ranked by the expected performance";
 # - **mode B**, "intended to be more generally accurate than mode A, but with the tradeoff of higher CPU
-#   latency to return the list of engine configs", which "may fall back to the mode A heuristic in cases where we know mode A can
-#   do better";
+#   latency to return the list of engine configs", which "may fall back to the mode A heuristic in cases where
+#   we know mode A can do better";
 # - **fallback**, "intended to be fast and provide functional fallbacks without expectation of optimal
 #   performance";
 #
@@ -284,13 +284,13 @@ costs = {label: times[steps[-1][1]] / times[steps[0][1]] for label, (steps, time
 print(f"every choice fits its limit: {held}; taking all workspace away costs "
       + ", ".join(f"{c:.2f}x on the {label} layer ({sweeps[label][0][-1][1]})" for label, c in costs.items()))
 assert held and all(steps[-1][2] == 0 for steps, _ in sweeps.values())
-assert min(costs.values()) > 1.2
+assert max(costs.values()) > 2
 
 # %% [markdown]
 # A limit never fails a call that some algorithm could serve (`workspace_limit=0` still runs, through
 # `implicit_gemm`), and it cannot make the choice faster: each step of the staircase chooses among fewer
 # candidates (a step that measures faster than the one before it is the noise of a race between near-ties).
-# What each step costs depends on the layer and is printed above; the last one, to `implicit_gemm`, which reads x
-# in place with per-tap bounds instead of from a padded copy, costs over 1.2x on both layers (checked). On a GPU the trade is the same, with
-# the workspace coming out of the device memory the model and its activations need (`convalgos.workspace_cap`
-# is a quarter of it by default).
+# What each step costs depends on the layer and is printed above. The last one, to `implicit_gemm`, which reads x
+# in place with per-tap bounds instead of from a padded copy, costs over 2x on at least one of the two layers
+# (checked). On a GPU the trade is the same, with the workspace coming out of the device memory
+# the model and its activations need (`convalgos.workspace_cap` is a quarter of it by default).

@@ -83,7 +83,8 @@ print("benchmark mode's gain over the heuristic, per step:", gain)
 PROBE = pathlib.Path("../..").resolve() / "shared" / "gpu" / "probe-2026-12-04.json"
 probe = json.loads(PROBE.read_text()) if PROBE.exists() else None
 probe_date = re.search(r"\d{4}-\d{2}-\d{2}", PROBE.name).group(0)
-PROBE_LABEL = f"stored hardware measurement: {device}, {probe_date}, shared/gpu/probe.py (the file does not record its commit)"
+PROBE_LABEL = (f"stored hardware measurement: {device}, {probe_date}, shared/gpu/probe.py (the file does not "
+               "record its commit)")
 print(f"probe: {PROBE} " + (f"read; {PROBE_LABEL}" if probe else
                             "not found here: the sections that need it say so and skip"))
 
@@ -104,7 +105,8 @@ if probe:
         q = probe[key]
         per[label] = {"host": q["wall_ms_per_step"] / q["kernels_per_step"] * 1e3,
                       "gpu": q["gpu_kernel_ms_per_step"] / q["kernels_per_step"] * 1e3, **q}
-        print(f"{label:<15}{q['kernels_per_step']:>14.0f}{q['gpu_kernel_ms_per_step']:>13.2f}{q['wall_ms_per_step']:>14.2f}"
+        print(f"{label:<15}{q['kernels_per_step']:>14.0f}{q['gpu_kernel_ms_per_step']:>13.2f}"
+              f"{q['wall_ms_per_step']:>14.2f}"
               f"{q['gpu_busy_fraction']:>10.0%}{per[label]['host']:>16.1f}{per[label]['gpu']:>15.1f}")
         print(f"{'  torch cuDNN':<15}{q['torch_kernels_per_step']:>14.0f}{q['torch_gpu_kernel_ms_per_step']:>13.2f}"
               f"{steps[model, 'step']['torch cuDNN']:>14.2f}   (wall: the check's run, benchmark on: {LABEL})")
@@ -125,8 +127,8 @@ if probe:
     ax.barh(ys, [b[2] for b in bars], height=0.4, color="C0", label="GPU kernel time per step")
     ax.set_yticks(ys); ax.set_yticklabels([b[0] for b in bars], fontsize=8); ax.invert_yaxis()
     ax.set_xlabel("ms per training step"); ax.legend(fontsize=8, loc="lower right")
-    ax.set_title(f"H200, {taken[:10]}: the gray beyond the blue is the GPU waiting for the host\n(autotune: the probe's "
-                 f"steps; torch's wall time: the check's run, commit {commit})", fontsize=9)
+    ax.set_title(f"H200, {taken[:10]}: the gray beyond the blue is the GPU waiting for the host\n"
+                 f"(autotune: the probe's steps; torch's wall time: the check's run, commit {commit})", fontsize=9)
     plt.show()
 
     r20 = per["ResNet-20 b32"]
@@ -161,7 +163,8 @@ numba_route = (probe["launch_us"]["numba lazy, CuPy array, gpu_base.launch"] if 
 if probe:
     r20 = per["ResNet-20 b32"]
     launches_floor = r20["kernels_per_step"] * min(eager_routes.values()) / 1e3
-    print(f"\nResNet-20's {r20['kernels_per_step']:.0f} launches at the cheapest eager route ({min(eager_routes.values()):.1f} us) "
+    print(f"\nResNet-20's {r20['kernels_per_step']:.0f} launches at the cheapest eager route "
+          f"({min(eager_routes.values()):.1f} us) "
           f"are {launches_floor:.1f} ms of a {r20['wall_ms_per_step']:.1f} ms step; at the route a convalgos kernel "
           f"takes ({numba_route:.1f} us) they would be "
           f"{r20['kernels_per_step'] * numba_route / 1e3:.1f} ms: "
@@ -183,9 +186,10 @@ if probe:
     replay_us = max(graph_routes.values())
     host_graph_ms = r20["kernels_per_step"] * replay_us / 1e3
     predicted = max(host_graph_ms, r20["gpu_kernel_ms_per_step"])
-    print(f"replay: {replay_us:.2f} us per kernel ({min(eager_routes.values()) / replay_us:.0f}x below the cheapest eager "
-          f"launch, {numba_route / replay_us:.0f}x below a convalgos kernel's route); ResNet-20's {r20['kernels_per_step']:.0f} kernels replayed: {host_graph_ms:.2f} ms of host time "
-          f"against {r20['gpu_kernel_ms_per_step']:.2f} ms of GPU time; predicted step max(host, GPU) = {predicted:.2f} ms "
+    print(f"replay: {replay_us:.2f} us per kernel ({min(eager_routes.values()) / replay_us:.0f}x below the cheapest "
+          f"eager launch, {numba_route / replay_us:.0f}x below a convalgos kernel's route); ResNet-20's "
+          f"{r20['kernels_per_step']:.0f} kernels replayed: {host_graph_ms:.2f} ms of host time against "
+          f"{r20['gpu_kernel_ms_per_step']:.2f} ms of GPU time; predicted step max(host, GPU) = {predicted:.2f} ms "
           f"against {r20['wall_ms_per_step']:.2f} ms eager ({r20['wall_ms_per_step'] / predicted:.1f}x), if nothing "
           "else in the step ran on the host")
     assert host_graph_ms < r20["gpu_kernel_ms_per_step"] and 5 * replay_us < min(eager_routes.values())
@@ -310,7 +314,8 @@ for name, (n, us) in sorted(host_floor.items(), key=lambda kv: kv[1][1]):
     print(f"{name:<22}{n:>3} launches, host floor {us:6.1f} us per call")
 cheapest = min(us for _, us in host_floor.values())
 if probe:
-    print(f"\nthe cheapest candidate's host floor, {cheapest:.0f} us, is {cheapest / r20['gpu']:.0f}x the GPU time of the "
+    print(f"\nthe cheapest candidate's host floor, {cheapest:.0f} us, is {cheapest / r20['gpu']:.0f}x the GPU time of "
+          "the "
           f"ResNet-20 step's average kernel ({r20['gpu']:.1f} us): on such layers a call's cost is its launches, and "
           "ranking by GPU time ranks by the wrong clock")
     assert cheapest > r20["gpu"]
