@@ -12,7 +12,7 @@
 # 4. **`workspace_limit`**: what each limit makes the tuner choose, and what the choice costs.
 
 # %%
-import collections, json, time
+import collections, json, os, time
 import machine      # notebooks/machine.py: the header every notebook prints
 machine.describe()
 import autotune, convalgos    # first: it sets the thread variables that numpy's OpenBLAS reads when it loads
@@ -40,8 +40,10 @@ print(f"measured: {data['measured']}, by `{data['produced_by']}`")
 print("machine:  " + ", ".join(f"{k} {v}" for k, v in data["machine"].items()))
 print(f"score:    {data['score']}")
 this_cpu = machine.cpu()
+recorded = [k for k in ("cpu", "vendor", "family", "model", "cores") if k in data["machine"]]
 print(f"this machine: {this_cpu.get('name')} ({this_cpu.get('vendor')}, family {this_cpu.get('family')} model "
-      f"{this_cpu.get('model')}); the file records the CPU's name only, not its family and model")
+      f"{this_cpu.get('model')}), {len(os.sched_getaffinity(0))} cores; the file records {', '.join(recorded)} of its "
+      f"machine; the same CPU name as here: {data['machine'].get('cpu') == this_cpu.get('name')}")
 rules = data["devices"]["cpu"]
 for op in ("forward", "backward_data", "backward_filter"):
     print(f"\n{op}: {len(rules[op])} rules, first match wins")
