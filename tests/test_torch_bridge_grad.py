@@ -6,7 +6,6 @@ refused with a clear error.
 gradcheck runs in fast mode (a random projection of the Jacobian: two forward calls per input, one backward)
 over the whole grid, and in full mode (every Jacobian entry) on one layer, to keep this file to a few seconds.
 """
-import numpy as np
 import pytest
 
 import autotune  # before torch: it sets how the OpenMP runtimes wait
@@ -17,6 +16,7 @@ import autotune.torch as at  # noqa: E402
 from autotune.torch.fallback import torch_forward, torch_input_grad, torch_weight_grad  # noqa: E402
 from autotune.torch.record import LayerRecord  # noqa: E402
 from convalgos import ALGORITHMS, PASSES, ConvParams  # noqa: E402
+from float32_bounds import ANY_CHOICE, chosen_bound, within  # noqa: E402
 
 #: name -> (x shape, w shape, stride, padding, dilation, groups): tiny, since gradcheck is per element
 LAYERS = {
@@ -110,8 +110,8 @@ def test_needs_input_grad_decides_which_passes_run(x_grad, w_grad, expected):
     xr, wr, br = (t.detach().requires_grad_(t.requires_grad) for t in (x, w, b))
     (torch.nn.functional.conv2d(xr, wr, br, 1, 1) * torch.arange(y.numel()).reshape(y.shape)).sum().backward()
     assert torch.allclose(b.grad, br.grad, rtol=1e-5)
-    for ours, theirs in ((x.grad, xr.grad), (w.grad, wr.grad)):
-        assert ours is None or torch.allclose(ours, theirs, rtol=1e-4, atol=1e-4)
+    for ours, theirs in ((x.grad, xr.grad), (w.grad, wr.grad)):      # normwise: whichever algorithm it chose
+        assert ours is None or within(ours, theirs, chosen_bound(tuner))
 
 
 def test_no_pass_runs_for_a_layer_nothing_needs_the_gradient_of():
@@ -136,7 +136,7 @@ def test_the_weight_gradient_accumulates_like_torchs():
     for _ in range(2):
         at.conv2d(x, w, padding=1).sum().backward()
     expected = 2 * torch.nn.grad.conv2d_weight(x, w.shape, torch.ones(2, 3, 6, 6), padding=1)
-    np.testing.assert_allclose(w.grad.numpy(), expected.numpy(), rtol=1e-5, atol=1e-5)
+    assert within(w.grad, expected, ANY_CHOICE)                     # the default tuner's choice, whichever
 
 
 @pytest.mark.parametrize("padding", [((1, 0), (2, 1)), "same", (1, 2)])
