@@ -27,9 +27,6 @@ KNOWN = {
                                          "ERROR_INVALID_IR): a float16 model's ReLU cannot run on a GPU; storing "
                                          "a float32 zero or a literal 0 compiles"),
     ("nn.relu_grad_kernel", "f16[1] f16[1] f16[1]"): ("error", "as nn.relu_kernel's float16 form"),
-    ("winograd.fused_kernel", "f64[4] f64[4] f64[2] f64[2] i64 i64 i64 i64 f64[4] i64"): (
-        "spill", "float64 needs 2 registers per element: alpha^2 accumulators and the alpha x alpha input tile "
-                 "pass 255 registers (gpu_fused.py: float64 is not a speed target)"),
     ("implicit_gemm.tiled_kernel", "f64[4] f64[2] f64[4] i64 i64 i64 i64 i64 i64 i64 i64 i64 i64"): (
         "spill", "the 128x64 tile's 8x8 float64 register tile (forward)"),
     ("implicit_gemm.tiled_kernel", "f64[4] f64[3] f64[4] i64 i64 i64 i64 i64 i64 i64 i64 i64 i64"): (

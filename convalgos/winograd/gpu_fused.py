@@ -24,10 +24,10 @@ again (out channels / CHANNELS_OUT times in all), where the non-fused pass trans
 product reads U and V from shared memory (one multiply-add per two loads). It saves the device-memory round
 trips of V and M, so it should win on wide planes with few channels and lose on deep layers with small planes.
 
-Compiled for sm_90 (numba-cuda 0.30.4, NVVM 13.5, ptxas -v; not yet run on a GPU), float32: 230 registers per
-thread for F(4x4), 252 for F(6x6), no local memory, 36 and 32 KB of shared memory per block: one block of 256
-threads per multiprocessor. float64 spills (not a speed target): 104 / 112 and 436 / 456 bytes of stores / loads
-per thread. ``tests/test_gpu_ptx.py`` compiles them in CI and fails on any other spill.
+Compiled for sm_90 (numba-cuda 0.30.4, NVVM 13.5, ptxas -v; not yet run on a GPU), float32: 168 registers per
+thread for F(4x4), 164 for F(6x6), 36 and 32 KB of shared memory per block: one block of 256 threads per
+multiprocessor (the registers allow no second); float64 248 and 254 registers. No local memory, no spill
+(``tests/test_gpu_ptx.py`` compiles them in CI and fails on a spill).
 
 FLOPs (``flops``): alpha^2 products per tile and (k, c) pair over the tiles rounded up to whole blocks, the
 input transforms as computed (dense, once per block of output channels), the output transforms, and the filter
