@@ -42,8 +42,8 @@ print(f"score:    {data['score']}")
 this_cpu = machine.cpu()
 recorded = [k for k in ("cpu", "vendor", "family", "model", "cores") if k in data["machine"]]
 print(f"this machine: {this_cpu.get('name')} ({this_cpu.get('vendor')}, family {this_cpu.get('family')} model "
-      f"{this_cpu.get('model')}), {len(os.sched_getaffinity(0))} cores; the file records {', '.join(recorded)} of its "
-      f"machine; the same CPU name as here: {data['machine'].get('cpu') == this_cpu.get('name')}")
+      f"{this_cpu.get('model')}), {len(os.sched_getaffinity(0))} cores; of its machine the file records: "
+      f"{', '.join(recorded)}; the same CPU name as here: {data['machine'].get('cpu') == this_cpu.get('name')}")
 rules = data["devices"]["cpu"]
 for op in ("forward", "backward_data", "backward_filter"):
     print(f"\n{op}: {len(rules[op])} rules, first match wins")
@@ -101,11 +101,11 @@ def regret_rows(run):
     return rows
 
 rows20 = regret_rows(r20)
-print(f"{'pass':<16}{'layer':<36}{'calls':>6}{'benchmark chose':>20}{'ms':>8}{'heuristic picked':>20}{'ms':>8}"
+print(f"{'pass':<16}{'layer':<42}{'calls':>6}{'benchmark chose':>20}{'ms':>8}{'heuristic picked':>20}{'ms':>8}"
       f"{'regret':>8}")
 for r in sorted(rows20, key=lambda r: (r["key"].op, str(r["key"].params))):
     regret = r["t pick"] / r["t"] if r["t pick"] else float("nan")
-    print(f"{r['key'].op:<16}{str(r['key'].params)[:35]:<36}{r['calls']:>6}{r['choice']:>20}{r['t'] * 1e3:>8.2f}"
+    print(f"{r['key'].op:<16}{str(r['key'].params):<42}{r['calls']:>6}{r['choice']:>20}{r['t'] * 1e3:>8.2f}"
           f"{r['pick']:>20}{(r['t pick'] or float('nan')) * 1e3:>8.2f}{regret:>8.2f}")
 
 # %%
