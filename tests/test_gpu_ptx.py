@@ -6,7 +6,9 @@ and says so. Two processes of its own share the work (each records the launches 
 ``bench/gpu/launched.py`` replaces the launch route, which must not happen in this one). Under the simulator it
 does not run (nothing there compiles). ``python -m bench.gpu.ptx`` prints the table this test reads.
 
-KNOWN lists the (kernel, arguments) that fail today, each with why: the test fails when a new one fails, and
+The recorder's own test runs everywhere (no compiler needed): every kernel factory of the library must be
+launched by its cases, so that a new kernel cannot slip past the compile test. KNOWN lists the (kernel,
+arguments) that fail today, each with why: the test fails when a new one fails, and
 when a known one is fixed (so the list only shrinks).
 """
 import json
@@ -66,6 +68,29 @@ def failure(row: dict) -> str | None:
     if row.get("spill_store_bytes") or row.get("spill_load_bytes"):
         return "spill"
     return None
+
+
+RECORD = """
+from bench.gpu.launched import factories, record
+launches = record()
+print(sum(map(len, launches.values())), len(launches))
+print(*[f"{f.__module__}.{f.__name__}" for f in factories() if f.cache_info().currsize == 0])
+"""
+
+
+@pytest.mark.skipif(simulator_enabled(), reason="the recorder runs without the simulator")
+def test_the_recorder_launches_every_kernel_factory_without_a_compiler():
+    """What the compile test compiles, found here even without NVIDIA's compiler: every kernel factory of the
+    library is launched by the recorder's cases (a new kernel with no case fails here)."""
+    env = {k: v for k, v in os.environ.items() if k != "NUMBA_ENABLE_CUDASIM"}
+    env["PYTHONPATH"] = os.pathsep.join([ROOT, env.get("PYTHONPATH", "")])
+    done = subprocess.run([sys.executable, "-c", RECORD], cwd=ROOT, env=env, capture_output=True, text=True,
+                          timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counts, never = (done.stdout.splitlines() + [""])[:2]
+    signatures, kernels = map(int, counts.split())
+    assert never == "", f"kernel factories bench/gpu/launched.py never launches: {never}"
+    assert kernels >= 50 and signatures >= kernels
 
 
 @pytest.mark.skipif(simulator_enabled(), reason="the simulator compiles nothing: run in the main (CPU) suite")
