@@ -16,6 +16,10 @@ One process, the parent (``bench/gpu_check.py``), never touches the GPU: it runs
                  (``step_profile.py``)
     bridge NAME  a converted torch model on CUDA tensors against the same model unconverted (``bridge.py``)
 
+Beside them, not a job of the check and needing no GPU: ``ptx.py`` compiles every kernel the library launches
+for sm_90 (``launched.py`` finds them by running the passes with the launch route recording), for
+``tests/test_gpu_ptx.py``.
+
 A job prints one JSON object per line behind a marker (``common.emit``), so a sticky CUDA error (an illegal
 address, after which every CUDA call fails) ends that job's process and its rows so far stay in the report.
 """
