@@ -75,9 +75,9 @@ steps = {(r["model"], r["what"]): {k: float(r[k]) for k in ("autotuned", "heuris
          for r in tables("## Forward pass and training step")}
 gain = {m.group(1): float(m.group(2)) for m in
         re.finditer(r"- (\w+) b32: benchmark mode's gain over the heuristic ([\d.]+)x per step", text)}
-print("per-launch cost of a Numba kernel (us):", {r["arrays handed over as"]: float(r["us per launch"])
-                                                  for r in launch_rows})
-print("ms per step:", {k: v for k, v in steps.items() if k[1] == "step"})
+print(f"{len(launch_rows)} launch routes timed (section 2 lists them)")
+for (model, what), ms in steps.items():
+    print(f"{model} b32 {what}: " + ", ".join(f"{who} {v:.2f} ms" for who, v in ms.items()))
 print("benchmark mode's gain over the heuristic, per step:", gain)
 
 PROBE = pathlib.Path("../..").resolve() / "shared" / "gpu" / "probe-2026-12-04.json"
@@ -109,14 +109,16 @@ if probe:
               f"{q['wall_ms_per_step']:>14.2f}"
               f"{q['gpu_busy_fraction']:>10.0%}{per[label]['host']:>16.1f}{per[label]['gpu']:>15.1f}")
         print(f"{'  torch cuDNN':<15}{q['torch_kernels_per_step']:>14.0f}{q['torch_gpu_kernel_ms_per_step']:>13.2f}"
-              f"{steps[model, 'step']['torch cuDNN']:>14.2f}   (wall: the check's run, benchmark on: {LABEL})")
-    kinds = {"Numba kernels (convalgos)": "convalgos::", "CuPy elementwise and reductions": "cupy_",
+              f"{steps[model, 'step']['torch cuDNN']:>14.2f}   (wall: the check's run, benchmark on, commit {commit})")
+    kinds = {"Numba kernels (convalgos)": ("convalgos::",), "CuPy elementwise and reductions": ("cupy_",),
              "cuBLAS / CUTLASS GEMMs": ("cutlass", "cublas", "gemm")}
-    top = probe["resnet20_b32"]["top_kernels"]
-    counted = {kind: sum(n for name, n, _ in top if any(s in name for s in ((tag,) if isinstance(tag, str) else tag)))
-               for kind, tag in kinds.items()}
+    top = probe["resnet20_b32"]["top_kernels"]            # [name, launches per step, ms per step]
+    counted = {kind: sum(n for name, n, _ in top if any(tag in name for tag in tags)) for kind, tags in kinds.items()}
     print(f"\nResNet-20's 25 most expensive kernels by kind, launches per step: {counted} "
           f"({sum(n for _, n, _ in top):.0f} of its {probe['resnet20_b32']['kernels_per_step']:.0f})")
+    total20 = probe["resnet20_b32"]["kernels_per_step"]
+    unlisted = total20 - sum(n for _, n, _ in top)          # kernels outside the top 25: counted as convs, at most
+    record_conv_share = (counted["Numba kernels (convalgos)"] + counted["cuBLAS / CUTLASS GEMMs"] + unlisted) / total20
 
     fig, ax = plt.subplots(figsize=(9, 3.2))
     bars = [(f"{label}, autotune", per[label]["wall_ms_per_step"], per[label]["gpu_kernel_ms_per_step"])
@@ -244,8 +246,14 @@ print("device operations per eager step:", [ops.total for ops in per_step])
 print("by name:", dict(per_step[-1].by_name.most_common()))
 conv_ops = sum(n for name, n in per_step[-1].by_name.items() if name.startswith(("im2col.", "cublas.gemm")))
 print(f"of {per_step[-1].total}, at most {conv_ops} serve the convolutions (im2col's kernels and the GEMMs, which the "
-      "Linear layer shares); the rest are BatchNorm, ReLU, the loss, SGD and copies: the same kind of mix as the "
-      "record's ResNet-20 step")
+      "Linear layer shares); the rest are BatchNorm, ReLU, the loss, SGD and copies")
+if probe:
+    print(f"the probe's ResNet-20 step ({probe_date}; shared/gpu/README.md: its launches were mostly CuPy "
+          f"elementwise operations of BatchNorm, ReLU, pooling, the loss and SGD, Numba kernels here today): at most "
+          f"{record_conv_share:.0%} of its kernels were convalgos' kernels or GEMMs (the {unlisted:.0f} outside the "
+          f"top 25 counted as such); here {conv_ops / per_step[-1].total:.0%}: in both, most launches are not the "
+          "convolutions'")
+    assert record_conv_share < 0.5 and conv_ops / per_step[-1].total < 0.5
 assert len({ops.total for ops in per_step}) == 1     # the same launches every step: what a graph can replay
 
 graph_mode_before = gpu_tuner.graph_mode
@@ -311,7 +319,7 @@ for name, algorithm in convalgos.cuda.ALGORITHMS.items():
     kernels = sum(n for op, n in ops.by_name.items() if op.endswith("_kernel"))
     host_floor[name] = (ops.total, kernels * numba_route + (ops.total - kernels) * other_us)
 for name, (n, us) in sorted(host_floor.items(), key=lambda kv: kv[1][1]):
-    print(f"{name:<22}{n:>3} launches, host floor {us:6.1f} us per call")
+    print(f"{name:<22}{n:>3} launch{'es' if n > 1 else '  '}, host floor {us:6.1f} us per call")
 cheapest = min(us for _, us in host_floor.values())
 if probe:
     print(f"\nthe cheapest candidate's host floor, {cheapest:.0f} us, is {cheapest / r20['gpu']:.0f}x the GPU time of "
