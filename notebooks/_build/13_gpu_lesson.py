@@ -293,7 +293,7 @@ assert gain["resnet18"] > 1 > gain["resnet20"]
 if probe:
     busy = {m: probe[f"{m}_b32"]["gpu_busy_fraction"] for m in ("resnet18", "resnet20")}
     print(f"benchmark mode lost on the net whose GPU was busy {busy['resnet20']:.0%} of the step and won on the one "
-          f"busy {busy['resnet18']:.0%}")
+          f"busy {busy['resnet18']:.0%} (the busy fractions: the probe's steps, the same day and machine)")
     assert busy["resnet20"] < busy["resnet18"]
 
 # %% [markdown]
