@@ -61,7 +61,9 @@ def tuning_round(mode: str, rank: int, model, step, prepare_step) -> dict:
     if fleet is not None:
         fleet.leave()
     gathers = (fleet.channel.gathers, fleet.channel.seconds) if fleet else (0, 0.0)
+    info = tuner.cache_info()
     return {"seconds": seconds, "timed": len(mine), "timing": sum(e.tuning_seconds for e in mine), "gathers": gathers,
+            "reraces": info.reraces, "provisional": info.provisional,
             "table": {json.dumps(e.key.to_dict(), sort_keys=True): e.algo for e in entries}}
 
 
@@ -109,6 +111,11 @@ def run(batch: int, rounds: int, repeats: int) -> list:
     return [json.loads((Path(folder) / f"rank{r}.json").read_text()) for r in range(2)]
 
 
+def both(ranks: list, field: str, form: str = "") -> str:
+    """``field`` of rank 0 + rank 1."""
+    return " + ".join(format(r[field], form) for r in ranks)
+
+
 def disagreements(tables: list) -> int:
     return sum(tables[0].get(k) != tables[1].get(k) for k in set(tables[0]) | set(tables[1]))
 
@@ -134,11 +141,15 @@ def report(ranks: list, batch: int, rounds: int, repeats: int, load: tuple, quic
              "## Tuning the first step\n",
              f"Per mode, {repeats} round(s) after an untimed one; step s: the step's (``Fleet()`` and ``prepare`` "
              f"included), the slower rank's, median over rounds. The rest is the last round's: keys each rank timed, "
-             f"the seconds it spent timing them (``Entry.tuning_seconds``), the fleet's all-gathers and the seconds "
+             f"the seconds it spent timing them (``Entry.tuning_seconds``, of the last race of each key), the "
+             f"provisional entries it raced again within the step (the Tuner does so on its machine's quiet "
+             f"reading, without a fleet only: a fleet re-races in ``Fleet.rerace``, not called here) and those left "
+             f"provisional, the fleet's all-gathers and the seconds "
              f"each rank spent in them (waiting for the other's timing included), and the keys on which the ranks' "
              f"tables chose differently.\n",
-             "| mode | step s | / alone | keys timed by rank 0 + rank 1 | timing s, rank 0 + rank 1 | all-gathers, "
-             "s in them, rank 0 + rank 1 | keys the tables disagree on |", "|---|---|---|---|---|---|---|"]
+             "| mode | step s | / alone | keys timed by rank 0 + rank 1 | timing s, rank 0 + rank 1 | re-races, "
+             "provisional after, rank 0 + rank 1 | all-gathers, s in them, rank 0 + rank 1 | keys the tables disagree "
+             "on |", "|---|---|---|---|---|---|---|---|"]
     alone = None
     for mode in MODES:
         rounds_ = [[r["tunings"][mode][i] for r in ranks] for i in range(repeats)]
@@ -146,10 +157,11 @@ def report(ranks: list, batch: int, rounds: int, repeats: int, load: tuple, quic
         alone = seconds if alone is None else alone
         last = rounds_[-1]
         tables = [t["table"] for t in last]
-        lines.append(f"| {mode} | {seconds:.2f} | {seconds / alone:.2f} | {last[0]['timed']} + {last[1]['timed']} | "
-                     f"{last[0]['timing']:.2f} + {last[1]['timing']:.2f} | {last[0]['gathers'][0]}, "
-                     f"{last[0]['gathers'][1]:.2f} + {last[1]['gathers'][1]:.2f} | "
-                     f"{disagreements(tables)} of {len(tables[0])} |")
+        cells = [f"{seconds:.2f}", f"{seconds / alone:.2f}", both(last, "timed"), both(last, "timing", ".2f"),
+                 both(last, "reraces") + ", " + both(last, "provisional"),
+                 f"{last[0]['gathers'][0]}, {last[0]['gathers'][1]:.2f} + {last[1]['gathers'][1]:.2f}",
+                 f"{disagreements(tables)} of {len(tables[0])}"]
+        lines.append(f"| {mode} | " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
 
 
