@@ -173,7 +173,8 @@ class Entry:
         names = sorted(self.times, key=self.times.get)
         marks = {n: " *" if n == self.algo else (" =" if n in self.tied else "") for n in names}
         width = max([len("algorithm")] + [len(n + marks[n]) for n in names]) + 2
-        columns = COLUMNS + (SPLIT_COLUMNS if self.gpu_times else ())
+        columns = ((("mean ms", 11),) if self.mean_times else COLUMNS[:1]) + COLUMNS[1:] + (
+            SPLIT_COLUMNS if self.gpu_times else ())
         lines = [f"    {'algorithm':<{width}}" + "".join(f"{h:>{w}}" for h, w in columns)]
         for name in names:
             jit = f"{self.jit[name] * 1e3:.1f}" if name in self.jit else "-"
