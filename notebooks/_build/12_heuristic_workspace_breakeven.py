@@ -268,13 +268,13 @@ for label, (op, x_shape, w_shape, stride, pad) in LAYERS.items():
 
 # %%
 fig, ax = plt.subplots(figsize=(8, 4))
-for label, (steps, times) in sweeps.items():
+for j, (label, (steps, times)) in enumerate(sweeps.items()):
     spaces = [max(space, 2**10) / 2**20 for _, _, space in steps]
     ax.plot(spaces, [times[a] / times[steps[0][1]] for _, a, _ in steps], "o-", label=label)
-    for i, ((_, algo, _), s) in enumerate(zip(steps, spaces)):
-        ax.annotate(algo, (s, times[algo] / times[steps[0][1]]), fontsize=7, xytext=(4, 6 if i % 2 else -10),
-                    textcoords="offset points")
-ax.set_xscale("log"); ax.set_yscale("log"); ax.invert_xaxis()
+    for (_, algo, _), s in zip(steps, spaces):          # names below the first layer's points, above the second's
+        ax.annotate(algo, (s, times[algo] / times[steps[0][1]]), fontsize=7, xytext=(4, 7 if j else -11),
+                    textcoords="offset points", color=f"C{j}")
+ax.set_xscale("log"); ax.set_yscale("log"); ax.invert_xaxis(); ax.margins(x=0.12, y=0.15)
 ax.set_xlabel("workspace of the choice (MiB, log; zero drawn at 1 KiB) - the limit tightens to the right")
 ax.set_ylabel("time / the unlimited choice's time (log)")
 ax.set_title("workspace_limit as a staircase: each step takes the previous choice away")
