@@ -165,7 +165,8 @@ assert rank_s < 0.01 * tune_s
 #
 # Below N* steps, benchmark mode has cost more than it saved; past it, it pays. Computed here for ResNet-20
 # (from the tables above) and LeNet-5 (batch 16, 1x32x32 inputs), in steps: (a) the tuning seconds,
-# (b) the saving per step, (c) their quotient.
+# (b) the saving per step, (c) their quotient; then drawn: the cumulative seconds of the conv passes with
+# benchmark mode (it starts at T) and without (it starts at 0 and climbs faster), crossing at N*.
 
 # %%
 x5 = rng.standard_normal((16, 1, 32, 32)).astype(np.float32)
@@ -188,6 +189,26 @@ for net, (run, rows) in runs.items():
         breakeven[net, against] = (steps, s, info.tuning_seconds)
         print(f"   {against}: (b) saves {s * 1e3:.2f} ms a step; (c) break-even N* = {info.tuning_seconds:.2f} s / "
               + (f"{s * 1e3:.2f} ms = {steps:,.0f} steps" if s > 0 else "nothing saved: never pays"))
+    breakeven[net, "step"] = step_s
+
+# %%
+fig, axes = plt.subplots(1, 2, figsize=(11, 3.8))
+for ax, net in zip(axes, runs):
+    tuning, step_s = breakeven[net, "vs the heuristic"][2], breakeven[net, "step"]
+    finite = [breakeven[net, a][0] for a in ("vs the heuristic", "vs forced direct") if breakeven[net, a][1] > 0]
+    n = np.linspace(0, 2 * max(finite, default=1000), 200)
+    ax.plot(n, tuning + n * step_s, lw=2.5, zorder=3, label="benchmark mode: tuning, then its choices")
+    for against, color, style in (("vs the heuristic", "C1", "--"), ("vs forced direct", "C2", "-.")):
+        steps, saving, _ = breakeven[net, against]
+        ax.plot(n, n * (step_s + saving), style, color=color, zorder=4, label=f"no tuning: {against[3:]}")
+        if saving > 0:
+            ax.axvline(steps, color=color, ls=":", lw=1)
+            ax.annotate(f"N* = {steps:,.0f}", (steps, tuning + steps * step_s), xytext=(5, -14 if color == "C1" else 6),
+                        textcoords="offset points", fontsize=8, color=color)
+    ax.set_xlabel("training steps"); ax.set_ylabel("conv passes' seconds, cumulative (s)")
+    ax.set_title(f"{net}: {tuning:.2f} s of tuning", fontsize=10); ax.grid(alpha=0.3)
+axes[0].legend(fontsize=8, loc="upper left")
+plt.show()
 
 # %% [markdown]
 # Do the race's times predict the step? The race times each pass alone, back to back, with its inputs warm in
