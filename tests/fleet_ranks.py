@@ -156,7 +156,10 @@ def training(rank: int, folder: str) -> None:
     result = {"initial": train(torch, net(torch), []), "reference": train(torch, DDP(net(torch)), data)}
     misses, ahead = tuner("misses", algorithms=algorithms()), tuner("ahead", algorithms=algorithms())
     fleets = {"misses": autotune.fleet.Fleet(misses, timeout=60), "ahead": autotune.fleet.Fleet(ahead, timeout=60)}
-    result["before"] = train(torch, DDP(at.convert(net(torch), tuner=misses)), data)
+    before = DDP(at.convert(net(torch), tuner=misses))
+    result["before"] = train(torch, before, data)
+    # a last batch of another size, and not the same on both ranks (3 and 2 images): new keys at the misses
+    train(torch, before, [(x[:3 - rank], y[:3 - rank]) for x, y in data[:1]])
     after = at.convert(DDP(net(torch)), tuner=ahead)
     x, y = data[0]
     keys = fleets["ahead"].prepare(after, lambda: torch.nn.functional.cross_entropy(after(x), y).backward())
@@ -164,6 +167,9 @@ def training(rank: int, folder: str) -> None:
     timed_ahead = len(fleets["ahead"].timed)
     result["after"] = train(torch, after, data)
     result["timed_after_prepare"] = len(fleets["ahead"].timed) - timed_ahead
+    ahead.patience = 1                          # past patience, a new shape reuses a tuned one's choice: no round
+    train(torch, after, [(x[:2], y[:2]) for x, y in data[:1]])
+    result["timed_past_patience"] = len(fleets["ahead"].timed) - timed_ahead
     marked = min(misses.dispatch_table(), key=lambda e: json.dumps(e.key.to_dict(), sort_keys=True))
     marked.provisional, misses._log_name = "marked by the test, on both ranks", "rerace"
     result["reraced"] = [json.dumps(k.to_dict(), sort_keys=True) for k in fleets["misses"].rerace()]

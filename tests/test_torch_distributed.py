@@ -2,8 +2,9 @@
 says what each rank runs). A converted CNN trains 3 steps under DistributedDataParallel, converted before
 wrapping (tuned at its misses) and after (tuned ahead by ``Fleet.prepare``); the parameters are equal on both
 ranks and within float32's drift of the unconverted DDP run; the dispatch tables are identical; each key was
-timed by exactly one rank, and no two timings overlapped (the ranks share one machine); a provisional entry is
-raced again by one rank for both (``Fleet.rerace``). A candidate raising
+timed by exactly one rank, and no two timings overlapped (the ranks share one machine); a last batch of
+another size on each rank is tuned for both; past ``patience`` no rank times; a provisional entry is raced
+again by one rank for both (``Fleet.rerace``). A candidate raising
 on one rank hangs nothing; a rank that stays out of a round is waited for ``timeout`` seconds, no longer.
 Ranks of different machine fingerprints keep apart tables, written into one file by ``Fleet.save``.
 """
@@ -43,10 +44,18 @@ def test_a_converted_cnn_trains_as_the_unconverted_one_under_ddp(training):
 
 
 def test_the_ranks_dispatch_tables_are_identical(training):
-    for name in ("misses", "ahead"):
+    for name, entries, source in (("misses", 15, {"benchmark"}), ("ahead", 10, {"benchmark", "patience"})):
         tables = [r["tables"][name] for r in training]
-        assert len(tables[0]) == 5 and all(e["source"] == "benchmark" for e in tables[0])
+        assert len(tables[0]) == entries and {e["source"] for e in tables[0]} == source
         assert tables[0] == tables[1], f"{name}: the ranks' tables differ"
+
+
+def test_a_last_batch_of_another_size_on_each_rank_is_tuned_for_both_and_patience_holds(training):
+    batches = {e["key"]["params"]["N"] for e in training[0]["tables"]["misses"]}
+    assert batches == {4, 3, 2}                 # rank 0's 3 images and rank 1's 2, both in both tables
+    patience = [e for e in training[0]["tables"]["ahead"] if e["source"] == "patience"]
+    assert len(patience) == 5 and {e["key"]["params"]["N"] for e in patience} == {2}
+    assert [r["timed_past_patience"] for r in training] == [0, 0]
 
 
 def test_each_key_was_timed_by_exactly_one_rank_and_the_keys_were_split(training):
@@ -55,9 +64,11 @@ def test_each_key_was_timed_by_exactly_one_rank_and_the_keys_were_split(training
         for keys in timed:
             assert len(keys) == len(set(keys)), f"{name}: a rank timed a key twice"
         assert not set(timed[0]) & set(timed[1]), f"{name}: a key was timed by both ranks"
-        assert set(timed[0]) | set(timed[1]) == keys_of(training[0]["tables"][name])
+        assert set(timed[0]) | set(timed[1]) == keys_of(e for e in training[0]["tables"][name]
+                                                         if e["source"] == "benchmark")
         assert timed[0] and timed[1], f"{name}: one rank timed every key"
-    assert sorted(training[0]["prepared"]) == sorted(keys_of(training[0]["tables"]["ahead"]))
+    assert sorted(training[0]["prepared"]) == sorted(keys_of(e for e in training[0]["tables"]["ahead"]
+                                                             if e["source"] == "benchmark"))
     assert [r["timed_after_prepare"] for r in training] == [0, 0]   # prepare left no miss to the steps
 
 
@@ -73,7 +84,7 @@ def test_a_provisional_entry_is_raced_again_by_one_rank_for_every_rank(training)
 
 def test_ranks_of_one_machine_never_time_at_the_same_moment(training):
     intervals = sorted(i for r in training for i in r["intervals"])
-    assert len(intervals) == 11
+    assert len(intervals) == 21                 # 15 keys at the misses, 5 prepared, 1 re-raced
     for (_, ended), (started, _) in zip(intervals, intervals[1:]):
         assert ended <= started, "two ranks of one machine were timing at once"
 
