@@ -176,7 +176,7 @@ for run in range(4):
     entry = list(tuner.dispatch_table())[0]
     first, second = sorted(entry.times, key=entry.times.get)[:2]
     runs.append((entry, digest(y)))
-    print(f"run {run}: chose {entry.algo:<19} output {digest(y)}   two fastest medians: {first}, {second} "
+    print(f"run {run}: chose {entry.algo:<19} output {digest(y)}   two fastest: {first}, {second} "
           f"({entry.times[second] / entry.times[first] - 1:.0%} apart); tied: "
           f"{', '.join(entry.tied) if len(entry.tied) > 1 else 'none'}")
 choices = {e.algo for e, _ in runs}
