@@ -95,9 +95,13 @@ def test_bad_settings_name_the_parameter(one_rank):
         with pytest.raises(ValueError, match="timeout"):
             fleet.Fleet(autotune.Tuner(), timeout=timeout)
     t = autotune.Tuner()
-    fleet.Fleet(t, timeout=5)
+    f = fleet.Fleet(t, timeout=5)
     with pytest.raises(ValueError, match="already in a fleet"):
         fleet.Fleet(t)
+    with pytest.raises(TypeError, match="model must be a torch.nn.Module, got list"):
+        f.prepare([], lambda: None)
+    with pytest.raises(TypeError, match="step must be a callable"):
+        f.prepare(torch.nn.Conv2d(1, 1, 1), None)
 
 
 def test_a_key_whose_every_candidate_fails_raises_the_owners_error_and_the_fleet_stays(one_rank):

@@ -108,6 +108,10 @@ class Fleet:
         parameters, to be zeroed as before any step). Every rank calls it. Returns this rank's keys the round
         tuned; keys the table holds already, and new shapes past ``patience``, are left to the misses."""
         from autotune.torch.module import Conv2d
+        if not callable(getattr(model, "modules", None)):
+            raise TypeError(f"model must be a torch.nn.Module, got {type(model).__name__}")
+        if not callable(step):
+            raise TypeError(f"step must be a callable running the forward and backward passes, got {step!r}")
         layers = [m for m in model.modules() if isinstance(m, Conv2d) and self._tuner_of(m) is self.tuner]
         scratch = self._scratch()
         saved = [m.tuner for m in layers]
