@@ -242,7 +242,9 @@ if lost:
           f"{guessed[worst]}'s time, while the tuning measured "
           + (f"{guessed[worst]} at {e.times[guessed[worst]] / e.times[e.algo]:.2f}x {e.algo}'s"
              if guessed[worst] in e.times else f"no time for {guessed[worst]} ({e.skipped.get(guessed[worst], '?')})")
-          + ": the tuning's runs measured what the re-timing does not (a disturbed run, or a margin within its noise)")
+          + ": the tuning's runs measured what the re-timing does not (a disturbed run, or a margin within its noise)"
+          + (f"; the table itself marked that choice provisional: {e.provisional}" if getattr(e, "provisional", "")
+             else ""))
 
 # %%
 layers = list(tuned)
