@@ -5,8 +5,8 @@ bounds that hold on every CPU).
 
 The GPU's tuner is given one rule, im2col first: the simulator runs a kernel thread by thread in Python,
 and im2col (its work in NumPy's matmul, as cuBLAS's on hardware) is the one that keeps a LeNet-5 step under a
-second there; the direct kernel took minutes. The other algorithms' passes are checked in
-test_gpu_algorithms.py and its siblings."""
+second there; the direct kernel took minutes. The CPU's peer runs direct (``pin_cpu_convs``). The other
+algorithms' passes are checked in test_gpu_algorithms.py and its siblings."""
 import numpy as np
 import pytest
 
@@ -14,7 +14,8 @@ import autotune
 from autotune import models, nn, optim, train
 from autotune.nn.device import move, to_host
 from convalgos.arrays import simulator_enabled
-from step_bounds import assert_first_sgd_step, assert_grads_close, assert_state_close
+from step_bounds import (LOSS_BOUND, assert_first_sgd_step, assert_grads_close, assert_state_close,
+                         pin_cpu_convs)
 
 LR, WEIGHT_DECAY = 0.1, 5e-4
 
@@ -32,11 +33,11 @@ def one_step(model, x, labels):
 
 
 def assert_steps_equal(make, x, labels):
-    cpu, gpu = make(), make().to("cuda")
+    cpu, gpu = pin_cpu_convs(make()), make().to("cuda")
     before = {k: v.copy() for k, v in cpu.state_dict().items()}
     loss_cpu, grads_cpu = one_step(cpu, x, labels)
     loss_gpu, grads_gpu = one_step(gpu, x, labels)
-    assert loss_gpu == pytest.approx(loss_cpu, rel=1e-6)
+    assert loss_gpu == pytest.approx(loss_cpu, rel=LOSS_BOUND)
     assert len(grads_cpu) == len(cpu.parameters())
     assert_grads_close(grads_gpu, grads_cpu)
     state_cpu, state_gpu = cpu.state_dict(), {k: to_host(v) for k, v in gpu.state_dict().items()}
@@ -52,9 +53,8 @@ def test_one_lenet5_step_on_the_simulated_gpu_equals_the_cpu_step(gpu_tuner):
     gpu = assert_steps_equal(lambda: models.lenet5(seed=0), x, labels)
     table = list(gpu_tuner.dispatch_table())
     entries = [e for e in table if e.key.device.startswith("cuda:")]
-    # on a GPU the default tuner serves both devices, so the CPU step's keys are in its table too, as "cpu" keys;
-    # the simulated GPU has a tuner of its own, which only the GPU step reached
-    assert [e.key.device for e in table if e not in entries] == ([] if simulator_enabled() else ["cpu"] * 5)
+    # the CPU step's convs ran on their own pinned tuner (pin_cpu_convs), so this one holds the GPU step's keys only
+    assert entries == table
     # two convs forward and backward-filter; conv1 needs no input gradient (as in torch)
     assert sorted(e.key.op for e in entries) == ["backward_data", "backward_filter", "backward_filter", "forward",
                                                  "forward"]
