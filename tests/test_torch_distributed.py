@@ -102,10 +102,11 @@ def test_a_candidate_raising_on_one_rank_hangs_nothing(faults):
     owned_by_1 = [e for e in failing[0]["table"] if "injected failure on rank 1" in e["skipped"].get("im2col", "")]
     assert owned_by_1 and all(e["algo"] == "direct" for e in owned_by_1), "the failure was not exercised"
     assert all(e in failing[1]["table"] for e in owned_by_1)
-    # every candidate raising on rank 1: the keys it owned failed on both ranks, and torch served those passes
+    # every candidate raising on rank 1: the keys it owned failed on both ranks, so torch served those passes on
+    # rank 0 too, whose own candidate runs (rank 0 has it from the round's error, not from a failure of its own)
     doomed = [r["doomed"] for r in faults]
     assert np.array_equal(doomed[0]["params"], doomed[1]["params"])
-    assert 0 < len(doomed[0]["table"]) < 5 and doomed[0]["by_torch"] > 0
+    assert doomed[0]["table"] and doomed[0]["by_torch"] > 0
 
 
 def test_a_rank_that_stays_out_is_waited_for_timeout_seconds_then_each_tunes_alone(faults):
