@@ -16,7 +16,7 @@ import warnings
 ENV = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1", "OPENBLAS_THREAD_TIMEOUT": "16"}
 
 
-def run_ranks(worker, folder, *args, nprocs: int = 2, deadline: float = 90.0) -> list:
+def run_ranks(worker, folder, *args, nprocs: int = 2, deadline: float = 150.0) -> list:
     """Run ``worker(rank, folder, *args)`` in ``nprocs`` spawned processes; their JSON results, by rank. Fails
     (and kills the processes it started) past ``deadline`` seconds, so a hang is a failed test, never a stuck
     CI."""
