@@ -203,9 +203,14 @@ def faults(rank: int, folder: str) -> None:
     apart.conv2d(x[:, :, :5], w, padding=1)
     path = pathlib.Path(folder) / "fleet.json"
     written = fleet.save(path)
+    later = tuner("apart", algorithms=algorithms())            # after a restart: a new table, a new key, one file
+    again = autotune.fleet.Fleet(later, timeout=60)
+    later.conv2d(x[:, :, :4], w, padding=1)
+    written = written and again.save(path)
     fresh = autotune.Tuner()
     fresh.load(path)
-    result["machines"] = {"tunings": [t[1:] for t in log if t[0] == "apart"], "table": table(apart), "written": written,
+    both = sorted(table(apart) + table(later), key=lambda d: json.dumps(d["key"], sort_keys=True))
+    result["machines"] = {"tunings": [t[1:] for t in log if t[0] == "apart"], "table": both, "written": written,
                           "loaded": table(fresh), "file": json.loads(path.read_text())}
     autotune.cache.fingerprint = real
 

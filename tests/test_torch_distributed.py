@@ -6,7 +6,8 @@ timed by exactly one rank, and no two timings overlapped (the ranks share one ma
 another size on each rank is tuned for both; past ``patience`` no rank times; a provisional entry is raced
 again by one rank for both (``Fleet.rerace``). A candidate raising
 on one rank hangs nothing; a rank that stays out of a round is waited for ``timeout`` seconds, no longer.
-Ranks of different machine fingerprints keep apart tables, written into one file by ``Fleet.save``.
+Ranks of different machine fingerprints keep apart tables, written into one file by ``Fleet.save``, which a
+later fleet's save merges with.
 """
 import json
 
@@ -120,11 +121,11 @@ def test_a_rank_that_stays_out_is_waited_for_timeout_seconds_then_each_tunes_alo
 def test_ranks_of_different_machines_keep_apart_tables_saved_into_one_file(faults):
     for r in faults:
         machines = r["machines"]
-        assert len(machines["tunings"]) == 2 and keys_of(machines["table"]) == {k for k, _ in machines["tunings"]}
+        assert len(machines["tunings"]) == 3 and keys_of(machines["table"]) == {k for k, _ in machines["tunings"]}
         assert all(e["samples"] in [s for _, s in machines["tunings"]] for e in machines["table"]), (
             "a rank's table holds an entry another machine's rank measured")
         assert machines["written"] is True
         assert machines["loaded"] == machines["table"], "a rank loaded entries other than its own machine's"
     file = faults[0]["machines"]["file"]
-    assert len(file["machines"]) == 2 and len(file["entries"]) == 4
+    assert len(file["machines"]) == 2 and len(file["entries"]) == 6      # the second save kept the first's
     assert "another CPU" in {m["cpu"] for m in file["machines"].values()}
