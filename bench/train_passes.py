@@ -13,6 +13,14 @@ thread waited for a core, which wall time at two threads cannot. The machine's C
 settings are written beside the figures. A user's program imports numpy (or torch) first, which decides how the
 thread pools wait (README, "Import in any order"): ``--orders`` runs each first import in a fresh process and
 writes one record, the sums of every order first, then each order's tables.
+
+Not what a training step pays (``bench.train`` times the step): each layer's calls run alone, ours into outputs
+kept across calls, torch's each into a fresh output through its allocator, right after every algorithm of ours.
+Measured 2026-12-05 (AMD EPYC, 1 thread, thread CPU time, C16 32px forward): torch's call took 2.26 ms after
+nothing and 5.82 ms, with 1504 minor page faults, right after our fft_tiled, whose freed workspace glibc had
+handed back to the OS (its next call 2.60 ms; with glibc's trim and mmap thresholds fixed, no faults and 2.51
+ms). So torch's column carries page faults that a step, whose allocations repeat, does not: the record counts
+them (minor page faults per timed call, each column).
 """
 from __future__ import annotations
 
@@ -21,6 +29,7 @@ import importlib
 import json
 import os
 import platform
+import resource
 import subprocess
 import sys
 import tempfile
@@ -84,8 +93,10 @@ def main(argv=None) -> None:
              f"--passes {args.passes} --threads {args.threads} --rounds {args.rounds}"
              f"{' --algorithms ' + args.algorithms if args.algorithms else ''}`; clock: "
              f"{'thread CPU time' if args.threads == 1 else 'wall time'}; median ms of {args.rounds} interleaved "
-             f"rounds (two calls each), {args.first} imported first; Python {platform.python_version()}.", ""]
-    summary = {}
+             f"rounds (two calls each), {args.first} imported first; Python {platform.python_version()}. Each "
+             "layer's passes alone, ours into kept outputs, torch's into fresh ones after all of ours: not what a "
+             "training step pays (bench.train's step is); page faults per call below the tables.", ""]
+    summary, faults = {}, {}
     for op in args.passes.split(","):
         for net, layers in nets.items():
             names = [a.name for a in convalgos.ALGORITHMS.values() if a.implements(op)
@@ -107,7 +118,7 @@ def main(argv=None) -> None:
                         calls[name] = lambda alg=algorithm, out=out: convalgos.run(alg, op, a, b, p, out=out)
                 tx, tw, tdy = map(torch.from_numpy, (x, w, dy))
                 calls["torch"] = lambda: torch_pass[op](tx, tw, tdy, p)
-                med = rounds(calls, args.rounds, clock)
+                med = rounds(calls, args.rounds, clock, faults)
                 best = min(v for k, v in med.items() if k != "torch")
                 for k in sums:                     # a sum only over the layers every one of its terms ran
                     sums[k] += count * med[k] if k in med else (0.0 if k == "best" else float("nan"))
@@ -120,6 +131,10 @@ def main(argv=None) -> None:
             summed = ["-" if sums[n] != sums[n] else f"{sums[n]:.2f}" for n in names]
             lines += ["| **summed** | | " + " | ".join(summed) + f" | {sums['torch']:.2f} | "
                       f"**{sums['best'] / sums['torch']:.2f}** |", ""]
+    ours = [f for name, f in faults.items() if name != "torch"]
+    lines.append(f"Minor page faults per timed call, median over layers and passes: torch's "
+                 f"{np.median(faults['torch']):.0f} (mean {np.mean(faults['torch']):.0f}), ours "
+                 f"{np.median(np.concatenate(ours)):.0f} (mean {np.mean(np.concatenate(ours)):.0f}).  ")
     lines.append(f"Load average after: {os.getloadavg()[0]:.1f}.")
     with open(args.out, "w") as f:
         f.write("\n".join(lines) + "\n")
@@ -165,18 +180,22 @@ def run_orders(args) -> None:
     print(f"wrote {args.out}")
 
 
-def rounds(calls, n, clock):
-    """Median seconds (ms) per call of each, in ``n`` interleaved rounds of two calls each after a warm-up."""
+def rounds(calls, n, clock, faults=None):
+    """Median seconds (ms) per call of each, in ``n`` interleaved rounds of two calls each after a warm-up;
+    ``faults``: name -> list, each timed pair's minor page faults per call appended."""
     import numpy as np
     for call in calls.values():
         call()
     times = {k: [] for k in calls}
     for _ in range(n):
         for k, call in calls.items():
+            before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
             start = clock()
             call()
             call()
             times[k].append((clock() - start) / 2)
+            if faults is not None:
+                faults.setdefault(k, []).append((resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before) / 2)
     return {k: float(np.median(v)) * 1e3 for k, v in times.items()}
 
 

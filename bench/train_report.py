@@ -103,6 +103,12 @@ def target_lines(label, model_name, r) -> list:
         lines.append(f"- {label} train step / torch's: **{ratio:.2f}**{spread} (target <= {target}): "
                      f"{verdict(ratio <= target)}. Where it goes, ms ours / torch's: conv passes alone {gaps}; "
                      f"the rest of the step {rest}.")
+        inside = ", ".join(f"{op} {auto_parts[op] / ours[op]:.2f}x" for op in PASSES if ours[op] > 0)
+        lines.append(f"- {label}: what a user pays is the step. Our conv passes inside it / alone: {inside} (the "
+                     "conv columns against the alone figures above); torch's are timed alone only, so where ours "
+                     "take longer inside the step, torch's conv columns (~) likely understate what its step spends "
+                     "on them and its rest overstates it by as much. bench.train_passes times passes alone too, "
+                     "after every algorithm of ours: its torch column is no step's either.")
     if model_name in SINGLE_TARGET:
         target = SINGLE_TARGET[model_name]
         if singles:

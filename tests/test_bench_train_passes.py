@@ -1,6 +1,6 @@
 """bench.train_passes end to end on one pass and one algorithm, one round: the record names the machine and the
-clock, gives every layer's time beside torch's and a weighted sum per net, and with --orders one record of
-every first import. Timings are never asserted."""
+clock, says it is not a step's time, gives every layer's time beside torch's, a weighted sum per net and the page
+faults per call, and with --orders one record of every first import. Timings are never asserted."""
 import pytest
 
 pytest.importorskip("torch")
@@ -24,6 +24,7 @@ def test_one_round_writes_a_record_with_every_layer_and_the_sums(tmp_path, monke
     rows = [line for line in text.splitlines() if line.startswith("| C64 8px |")]
     assert len(rows) == 1 and rows[0].count("|") == 6                 # layer, count, direct, torch, best / torch
     assert text.count("| **summed** |") == 2
+    assert "not what a training step pays" in text and "Minor page faults per timed call" in text
 
 
 def test_orders_run_each_first_import_in_a_fresh_process_into_one_record(tmp_path):
