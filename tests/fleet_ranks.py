@@ -171,8 +171,10 @@ def training(rank: int, folder: str) -> None:
     train(torch, after, [(x[:2], y[:2]) for x, y in data[:1]])
     result["timed_past_patience"] = len(fleets["ahead"].timed) - timed_ahead
     marked = min(misses.dispatch_table(), key=lambda e: json.dumps(e.key.to_dict(), sort_keys=True))
-    marked.provisional, misses._log_name = "marked by the test, on both ranks", "rerace"
-    result["reraced"] = [json.dumps(k.to_dict(), sort_keys=True) for k in fleets["misses"].rerace()]
+    marked.provisional, misses._log_name = "marked by the test, on both ranks", "rerace"   # races may mark more
+    result["provisional"] = sorted(json.dumps(e.key.to_dict(), sort_keys=True) for e in misses.dispatch_table()
+                                   if e.provisional)
+    result["reraced"] = sorted(json.dumps(k.to_dict(), sort_keys=True) for k in fleets["misses"].rerace())
     result["tables"] = {"misses": table(misses), "ahead": table(ahead)}
     result["tunings"] = log
     result["intervals"] = [[t.started, t.ended] for f in fleets.values() for t in f.timed]
