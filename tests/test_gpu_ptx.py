@@ -25,10 +25,6 @@ PARTS = 2
 
 #: (kernel family.factory, arguments) -> why it may fail today: "error" (does not compile) or "spill".
 KNOWN = {
-    ("nn.relu_kernel", "f16[1] f16[1]"): ("error", "NVVM rejects the IR of a float16 constant (``zero``, "
-                                         "ERROR_INVALID_IR): a float16 model's ReLU cannot run on a GPU; storing "
-                                         "a float32 zero or a literal 0 compiles"),
-    ("nn.relu_grad_kernel", "f16[1] f16[1] f16[1]"): ("error", "as nn.relu_kernel's float16 form"),
     ("implicit_gemm.tiled_kernel", "f64[4] f64[2] f64[4] i64 i64 i64 i64 i64 i64 i64 i64 i64 i64"): (
         "spill", "the 128x64 tile's 8x8 float64 register tile (forward)"),
     ("implicit_gemm.tiled_kernel", "f64[4] f64[3] f64[4] i64 i64 i64 i64 i64 i64 i64 i64 i64 i64"): (

@@ -68,27 +68,29 @@ def block_sum(part, value):
 
 @functools.lru_cache(maxsize=None)
 def relu_kernel(dtype: str):
-    """Flat x, y: y[i] = max(x[i], 0), a NaN kept (as ``kernels.relu``)."""
-    zero = numba_dtype(dtype)(0)
+    """Flat x, y: y[i] = max(x[i], 0), a NaN kept (as ``kernels.relu``). For float16 on sm_90
+    (tests/test_gpu_ptx.py): the zero is a literal, converted by the store (a float16 constant captured from
+    Python gives IR that NVVM rejects), and NaN is kept by ``v <= 0`` being false (``v != v`` on a half calls an
+    operator ptxas cannot resolve)."""
 
     @cuda.jit
     def kernel(x, y):
         for i in range(cuda.grid(1), x.size, cuda.gridsize(1)):
             v = x[i]
-            y[i] = v if v > 0 or v != v else zero
+            y[i] = 0 if v <= 0 else v          # NaN <= 0 is False: a NaN is kept
 
     return kernel
 
 
 @functools.lru_cache(maxsize=None)
 def relu_grad_kernel(dtype: str):
-    """Flat y, dy, dx: dx[i] = dy[i] where y[i] > 0, else 0 (as ``kernels.relu_grad``)."""
-    zero = numba_dtype(dtype)(0)
+    """Flat y, dy, dx: dx[i] = dy[i] where y[i] > 0, else 0 (as ``kernels.relu_grad``; the zero a literal, as
+    in ``relu_kernel``)."""
 
     @cuda.jit
     def kernel(y, dy, dx):
         for i in range(cuda.grid(1), dy.size, cuda.gridsize(1)):
-            dx[i] = dy[i] if y[i] > 0 else zero
+            dx[i] = dy[i] if y[i] > 0 else 0
 
     return kernel
 
