@@ -1,0 +1,42 @@
+"""bench.regret's record computes its regrets and costs from the judge's numbers beside them (a synthetic run:
+no timing), and the neighbours it starts end when their block does."""
+import argparse
+import time
+
+from bench.neighbours import neighbour
+from bench.regret_report import costs, regrets, render
+
+
+def synthetic_run():
+    quiet = [{"a": 1.0e-3, "b": 1.5e-3}, {"a": 2.0e-3, "b": 1.0e-3}]
+    under = [{"a": 3.0e-3, "b": 2.0e-3}, {"a": 4.0e-3, "b": 2.0e-3}]
+
+    def chose(*algos, **extra):
+        return [dict({"algo": a, "seconds": 0.02, "jit": 0.01, "provisional": False}, **extra) for a in algos]
+    return {"layers": ["one", "two"], "ops": ["forward", "forward"], "quiet": {"first": 0.01},
+            "first": chose("a", "a"), "warm": chose("a", "b"), "steady": chose("b", "b", provisional=True),
+            "after": [{"algo": "a", "reraced": 1, "provisional": False}, {"algo": "b", "reraced": 0,
+                                                                          "provisional": True}],
+            "bursty": chose("b", "b"), "judge_quiet": quiet, "judge_steady": under}
+
+
+def test_the_record_computes_regret_and_cost_from_the_judges_times():
+    run = synthetic_run()
+    assert regrets(run, "first", "judge_quiet") == [0.0, 1.0]              # two's "a": 2.0 ms against b's 1.0
+    assert regrets(run, "steady", "judge_steady") == [0.0, 0.0]
+    assert regrets(run, "steady", "judge_quiet") == [0.5, 0.0]
+    assert costs(run, "warm") == [10.0, 10.0]                             # (20 ms - 10 ms JIT) / 1 ms
+    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, after=1.0))
+    assert "| quiet, first tunings in a process | 50% / 100% (median / worst)" in text
+    assert "| steady neighbour: choices marked provisional | 2 of 2 | all |" in text
+    assert "1 re-raced, 1 still provisional" in text and "a +100%" in text
+
+
+def test_a_neighbour_ends_with_its_block():
+    with neighbour("steady") as processes:
+        assert all(p.poll() is None for p in processes)
+    assert all(p.poll() is not None for p in processes)
+    start = time.monotonic()
+    with neighbour("bursty", limit=5) as processes:
+        assert len(processes) >= 1
+    assert all(p.poll() is not None for p in processes) and time.monotonic() - start < 5
