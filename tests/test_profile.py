@@ -9,6 +9,7 @@ from autotune.cache import cpu_model
 from autotune.measure import Timer
 from autotune_fakes import FakeClock
 from convalgos import ConvParams
+from float32_bounds import PLAIN_SUM, within
 
 
 def lenet():
@@ -122,4 +123,4 @@ def test_profile_records_a_fused_model_whose_convs_take_an_epilogue_operand():
     with profile.ConvProfile(net) as prof:
         y = net(x)
     assert len(prof.calls) == 21 and set(prof.seconds) == {name for name, _ in prof.calls}
-    assert np.allclose(y, plain, rtol=1e-4, atol=1e-4)
+    assert within(y, plain, len(prof.calls) * PLAIN_SUM)     # the same choices; BatchNorm folded: one more rounding
