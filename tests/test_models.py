@@ -12,6 +12,7 @@ import autotune
 from autotune import models, nn
 from convalgos import ALGORITHMS
 from convalgos.reference import normwise_error
+from float32_bounds import chosen_bound, within
 
 #: model -> the (C, H, W) input the tests use.
 TEST_INPUT = {"lenet5": (1, 32, 32), "resnet20": (3, 32, 32), "resnet18": (3, 64, 64), "vgg16": (3, 32, 32),
@@ -227,7 +228,9 @@ def test_torch_state_dict_loads_and_gives_the_same_logits(name):
         expected = theirs(torch.from_numpy(x)).numpy()
     got = ours(x)
     assert got.shape == expected.shape and got.dtype == np.float32
-    assert normwise_error(got, expected) <= 1e-4
+    # the race's choices are the machine's: each conv adds at most its algorithm's tolerance, torch's a plain sum's
+    tuner = nn.conv_layers(ours)[0][1].tuner
+    assert within(got, expected, len(nn.conv_layers(ours)) * chosen_bound(tuner)), normwise_error(got, expected)
     # and back: our state dict loads into torch with strict names
     missing = theirs.load_state_dict({k: torch.from_numpy(v) for k, v in ours.state_dict().items()},
                                      strict=False)
