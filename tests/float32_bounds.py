@@ -22,9 +22,10 @@ PLAIN_SUM = PEER_ERROR = ALGORITHMS["direct"].tolerance_of("forward", "float32")
 ANY_CHOICE = max(a.tolerance_of(op, "float32") for a in ALGORITHMS.values() for op in PASSES if a.implements(op))
 
 
-def chosen_bound(tuner, dtype: str = "float32") -> float:
-    """The largest tolerance among the algorithms ``tuner`` chose for the keys of ``dtype`` it holds."""
-    tolerances = [ALGORITHMS[e.algo].tolerance_of(e.key.op, dtype) for e in tuner.dispatch_table()
+def chosen_bound(tuner, dtype: str = "float32", registry=ALGORITHMS) -> float:
+    """The largest tolerance among the algorithms ``tuner`` chose for the keys of ``dtype`` it holds
+    (``registry``: the GPU's, ``convalgos.cuda.ALGORITHMS``, for a GPU tuner's choices)."""
+    tolerances = [registry[e.algo].tolerance_of(e.key.op, dtype) for e in tuner.dispatch_table()
                   if e.key.params.dtype == dtype]
     assert tolerances, f"the tuner holds no {dtype} choice"
     return max(tolerances)

@@ -9,6 +9,7 @@ from autotune.heuristics import Heuristics
 from convalgos import cuda as gpu
 from convalgos import reference
 from convalgos.arrays import simulator_enabled
+from float32_bounds import chosen_bound, within
 
 pytestmark = pytest.mark.skipif(not simulator_enabled(), reason="NumPy arrays stand in for CuPy's only here")
 
@@ -41,7 +42,7 @@ def test_the_simulated_gpu_device_times_exactly_what_the_gpu_algorithms_support(
     x, w = arrays()
     t = Tuner(devices=[devices.SimulatedGpuDevice()], **QUICK)
     y = t.conv2d(x, w, padding=1)
-    assert reference.normwise_error(y, reference.conv2d(x, w, padding=1)) <= 1e-4
+    assert within(y, reference.conv2d(x, w, padding=1), chosen_bound(t, registry=gpu.ALGORITHMS))
     (entry,) = t.dispatch_table()
     p = entry.key.params
     supported = {n for n, a in gpu.ALGORITHMS.items() if a.supports(p)}
@@ -79,7 +80,7 @@ def test_a_failing_gpu_candidate_is_skipped_with_its_reason(error):
     assert entry.skipped["failing"] == f"failed: {type(error).__name__}: {error}"
     heuristic = Tuner(algorithms, devices=[device], heuristics=Heuristics({"rules": []}))
     y = heuristic.conv2d(x, w, padding=1)                 # the heuristic's first choice fails: the next serves
-    assert reference.normwise_error(y, reference.conv2d(x, w, padding=1)) <= 1e-4
+    assert within(y, reference.conv2d(x, w, padding=1), chosen_bound(heuristic, registry=gpu.ALGORITHMS))
     assert heuristic.dispatch_table().entries[0].algo == "implicit_gemm"
 
 
@@ -87,7 +88,7 @@ def test_workspace_limit_zero_runs_on_the_gpu():
     x, w = arrays()
     t = Tuner(devices=[devices.SimulatedGpuDevice()], workspace_limit=0)
     y = t.conv2d(x, w, padding=1)
-    assert reference.normwise_error(y, reference.conv2d(x, w, padding=1)) <= 1e-4
+    assert within(y, reference.conv2d(x, w, padding=1), chosen_bound(t, registry=gpu.ALGORITHMS))
     assert t.dispatch_table().entries[0].workspace[t.dispatch_table().entries[0].algo] == 0
 
 

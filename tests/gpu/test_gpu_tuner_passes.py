@@ -9,6 +9,7 @@ from autotune import Tuner, devices
 from convalgos import cuda as gpu
 from convalgos import reference
 from convalgos.arrays import simulator_enabled
+from float32_bounds import chosen_bound, within
 
 pytestmark = pytest.mark.skipif(not simulator_enabled(), reason="NumPy arrays stand in for CuPy's only here")
 
@@ -28,8 +29,9 @@ def test_each_pass_is_tuned_on_the_gpu_among_the_gpu_algorithms_that_have_it():
     t = Tuner(devices=[devices.SimulatedGpuDevice()], **QUICK)
     dx = t.conv2d_input(x.shape, w, dy, padding=1)
     dw = t.conv2d_weight(x, w.shape, dy, padding=1)
-    assert reference.normwise_error(dx, reference.backward_data(dy, w, p)) <= 1e-5
-    assert reference.normwise_error(dw, reference.backward_filter(x, dy, p)) <= 1e-5
+    bound = chosen_bound(t, registry=gpu.ALGORITHMS)           # the race's choices: any the GPU may make
+    assert within(dx, reference.backward_data(dy, w, p), bound)
+    assert within(dw, reference.backward_filter(x, dy, p), bound)
     for entry in t.dispatch_table():
         op = entry.key.op
         having = {n for n, a in gpu.ALGORITHMS.items() if a.supports(p, op)}
