@@ -7,6 +7,7 @@ import pytest
 import autotune
 import convalgos
 from convalgos import reference
+from float32_bounds import ANY_CHOICE, within
 
 KW = dict(stride=2, padding=((1, 0), (2, 1)), dilation=1, groups=2)
 
@@ -73,7 +74,7 @@ def test_channels_last_comes_back_channels_last(passes):
     xl = x.contiguous(memory_format=torch.channels_last)
     y, expected = passes.conv2d(xl, w, padding=1), torch.nn.functional.conv2d(x, w, padding=1)
     assert y.is_contiguous(memory_format=torch.channels_last) and not y.is_contiguous()
-    torch.testing.assert_close(y, expected, rtol=1e-4, atol=1e-4)
+    assert within(y, expected, ANY_CHOICE)                      # normwise: whichever algorithm ran
     dy = expected.contiguous(memory_format=torch.channels_last)
     dx = passes.conv2d_input(x.shape, w, dy, padding=1)
     assert dx.is_contiguous(memory_format=torch.channels_last)
