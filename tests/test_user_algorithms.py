@@ -10,6 +10,7 @@ import autotune.measure
 import convalgos
 from autotune.heuristics import UNMEASURED, Heuristics
 from convalgos import ALGORITHMS, ConvParams, reference
+from float32_bounds import ANY_CHOICE, within
 from kit_algorithms import ShiftAndAdd
 
 #: a layer every built-in supports, small enough that a race of all of them takes a fraction of a second.
@@ -97,7 +98,8 @@ def operands(seed=0):
 
 
 def assert_right(y, x, w):
-    np.testing.assert_allclose(y, reference.conv2d(x, w, padding=SHAPE["padding"]), rtol=1e-4, atol=1e-4)
+    """Normwise within the tolerance of any algorithm (the race's choice is the machine's)."""
+    assert within(y, reference.conv2d(x, w, padding=SHAPE["padding"]), ANY_CHOICE)
 
 
 # ---- the registry --------------------------------------------------------------------------------------------
