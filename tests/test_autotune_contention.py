@@ -54,6 +54,16 @@ def test_a_neighbour_that_stays_gives_a_provisional_choice_raced_again_once_quie
     assert next(iter(t.dispatch_table())) is again and algos["b"].calls == calls
 
 
+def test_beside_a_neighbour_that_stays_a_slower_candidate_still_leaves_early():
+    clock = FakeClock()
+    # every run waits: after two rounds of retakes that never came back clean the race stops retaking, and the
+    # runs that waited are the evidence: b, 2x slower under the same neighbour, leaves instead of running on
+    t = tuner(clock, fakes(clock, a=(1e-3, {"waits": 0.5e-3}), b=(2e-3, {"waits": 1e-3})))
+    t.conv2d(*arrays())
+    (e,) = t.dispatch_table()
+    assert e.algo == "a" and e.provisional and e.runs["b"] <= 3 and e.retaken["b"] <= 4
+
+
 def test_a_race_where_most_runs_waited_is_provisional_though_its_retakes_came_through_clean():
     clock = FakeClock()
     # every other call waits (a neighbour's time slices): retakes find clean runs, the choice rests on them, but

@@ -24,6 +24,8 @@ it and the runner-up run more rounds until it has ``min_runs`` clean ones.
 
 "Clean": neither a spike (over ``spike_ratio`` times the candidate's fastest run, its warm-up included: a
 page fault, an interrupt, what the readings do not see; ``measure.without_spikes``) nor a run that waited.
+Once retakes have stopped (a neighbour that stays), a candidate none of whose runs came through clean is
+judged on its kept runs, waits and all: what it costs under the conditions measured.
 
 Every round is kept by number, so two candidates' samples of one round, taken a few milliseconds apart under
 the same conditions, form a pair: ``pairs(a, b)`` is what the judge's ratios are made of, and ``extend([a, b])``
@@ -221,7 +223,8 @@ class Race:
         return [n for n in active if n in self.rounds and self._continues(n, leader, best, over)]
 
     def _continues(self, name: str, leader: str, best: float, over: bool) -> bool:
-        runs, clean = self.samples[name], self.clean(name)
+        runs = self.samples[name]
+        clean = self.kept(name) if self.steady >= 2 else self.clean(name)   # a neighbour stayed: runs that waited
         every = runs + [self.warmup[name]]
         evidence = len(clean) + (self.warmup[name] <= self.s.spike_ratio * min(every))
         fastest = min(every)
