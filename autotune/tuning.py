@@ -184,8 +184,7 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     entry.ranked = [entry.algo] + sorted((n for n in entry.times if n != entry.algo), key=entry.times.get)
     entry.host_times, entry.gpu_times = race.split_medians()
     entry.decided = race.decided(entry.algo)
-    rival = None if verdict is None else (verdict.second if verdict.first == entry.algo else verdict.first)
-    entry.provisional = provisional(race, entry.algo, rival, reader.sees_wait, tuner.contention_ratio)
+    entry.provisional = provisional(race, reader.sees_wait, tuner.contention_ratio)
     entry.tuning_seconds = timer.now() - start
     return entry
 

@@ -11,34 +11,26 @@ under the conditions measured, marks it provisional, and races the key again onc
 (``quiet.py``, ``Tuner``): the mark is in the table and in ``save``d files, and a loaded provisional entry is
 treated the same.
 
-The rule: the choice is provisional when the runs it rests on waited, that is when the choice or the runner-up
-(its rival in the judge's shoot-out) kept a run whose threads waited for a CPU more than ``wait_share`` of its
-time after every retake (``rounds.py``), or when at least ``contended_share`` of all the race's runs waited
-(retaken or kept): the neighbour was there most of the time, and a sub-millisecond run that came through
-clean between two of its time slices is what the call costs in a quiet moment, not in a contended second. Where the platform cannot see waiting (``contention.RusageReader``,
+The rule: the choice is provisional when every candidate had at least ``contended_share`` of its runs (retaken
+ones included) wait for a CPU more than ``wait_share`` of their time (``Race.contended``): a neighbour was
+there most of the time, and even a sub-millisecond run that came through clean between two of its time slices
+is what the call costs in a quiet moment, not in a contended second. One candidate's waits alone are its own
+(a BLAS pool beside Numba's: three threads on two cores, quiet machine or not) and mark nothing; a few waits
+the retakes got past mark nothing either. Where the platform cannot see waiting (``contention.RusageReader``,
 ``NullReader``), spikes stand in: at least ``contention_ratio`` of the timed runs were spikes.
 """
 from __future__ import annotations
 
 
-def provisional(race, choice: str, rival: str | None, sees_wait: bool, contention_ratio: float) -> str:
-    """Why the choice is provisional ("" when it is not)."""
-    names = [n for n in (choice, rival) if n is not None and n in race.rounds]
+def provisional(race, sees_wait: bool, contention_ratio: float) -> str:
+    """Why the race's choice is provisional ("" when it is not)."""
     if sees_wait:
-        waited = {n: race.waited_kept(n) for n in names}
-        taken = sum(len(r) for r in race.rounds.values()) + sum(len(r) for r in race.retaken.values())
-        waits = sum(race.waited_kept(n) for n in race.rounds) + sum(len(r) for r in race.retaken.values())
-        shares = ", ".join(f"{n} {race.wait_share(n):.0%}" for n in names)
-        if any(waited.values()):
-            kept = sum(len(race.rounds[n]) for n in names)
-            return (f"{sum(waited.values())} of the {kept} runs kept for {' and '.join(names)} waited for a CPU "
-                    f"after {race.s.retakes} retakes (time spent waiting: {shares}): another process shared the "
-                    f"cores")
-        if taken and waits >= race.s.contended_share * taken:
-            return (f"{waits} of the {taken} runs of the race waited for a CPU and were retaken (time spent "
-                    f"waiting: {shares}): another process shared the cores most of the time; the choice rests "
-                    f"on the runs that came through clean")
-        return ""
+        if not race.contended():
+            return ""
+        shares = ", ".join(f"{n} {race.waited_share(n):.0%} of its runs, {race.wait_share(n):.0%} of its time"
+                           for n in race.rounds)
+        return (f"every candidate's runs waited for a CPU (at least {race.s.contended_share:.0%} of them; {shares}): "
+                f"another process shared the cores")
     runs = {n: len(r) for n, r in race.rounds.items()}
     spikes = race.spikes()
     total, spiked = sum(runs.values()), sum(spikes.values())

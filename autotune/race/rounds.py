@@ -7,8 +7,10 @@ fresh (seeded) order (``measure.rotate`` says why). A sample whose threads waite
 ``wait_share`` of its time (another process had the core) is not evidence of the algorithm's speed: it is set
 aside and retaken at the end of the round, at most ``retakes`` times, so a neighbour that comes and goes in
 bursts of tens of milliseconds is waited out. A neighbour that stays makes every retake wait too: the last
-one is kept, marked, and the choice made on such samples is provisional (``provisional.py``); after two
-rounds in which no retake came back clean the race stops retaking (they would only triple its cost).
+one is kept, marked, and the choice made on such samples is provisional (``provisional.py``); a candidate
+whose retakes came back waiting in two rounds in a row is retaken no more (they would only triple its
+cost) and is judged on its runs, waits and all. Its waits may be its own: a candidate that runs a BLAS pool
+beside Numba's has three threads for two cores, quiet machine or not.
 
 After each round, a candidate leaves the race:
 
@@ -24,8 +26,8 @@ it and the runner-up run more rounds until it has ``min_runs`` clean ones.
 
 "Clean": neither a spike (over ``spike_ratio`` times the candidate's fastest run, its warm-up included: a
 page fault, an interrupt, what the readings do not see; ``measure.without_spikes``) nor a run that waited.
-Once retakes have stopped (a neighbour that stays), a candidate none of whose runs came through clean is
-judged on its kept runs, waits and all: what it costs under the conditions measured.
+A candidate no longer retaken is judged on its kept runs, waits and all: what it costs under the conditions
+measured.
 
 Every round is kept by number, so two candidates' samples of one round, taken a few milliseconds apart under
 the same conditions, form a pair: ``pairs(a, b)`` is what the judge's ratios are made of, and ``extend([a, b])``
@@ -53,7 +55,7 @@ class Race:
         self.device, self.registry = device, registry
         self.rounds = {name: {} for name in calls}       # name -> round number -> the Sample kept
         self.retaken = {name: [] for name in calls}      # name -> the samples set aside for waiting
-        self.abandoned, self.failed, self.spent, self.done, self.steady = {}, {}, 0.0, 0, 0
+        self.abandoned, self.failed, self.spent, self.done, self.stuck = {}, {}, 0.0, 0, {}
         self._order = random.Random(0)
 
     # ---- what has been measured -----------------------------------------------------------------------
@@ -84,11 +86,17 @@ class Race:
     def typical(self, name: str) -> float:
         return median(self.kept(name))
 
+    def waited_share(self, name: str) -> float:
+        """The share of the runs of ``name`` taken (retaken ones included) that waited for a CPU."""
+        taken = list(self.rounds[name].values()) + self.retaken[name]
+        return sum(map(self.waited, taken)) / len(taken) if taken else 0.0
+
     def contended(self) -> bool:
-        """Whether at least ``contended_share`` of all the runs taken waited for a CPU (retaken or kept): a
-        neighbour that was there most of the time."""
-        taken = [s for r in self.rounds.values() for s in r.values()] + [s for r in self.retaken.values() for s in r]
-        return bool(taken) and sum(map(self.waited, taken)) >= self.s.contended_share * len(taken)
+        """Whether every candidate had at least ``contended_share`` of its runs wait for a CPU: a neighbour that
+        was there most of the time. One candidate's waits alone are its own threads' (a BLAS pool running
+        beside Numba's on the same cores), which a step pays too: they mark nothing."""
+        shares = [self.waited_share(n) for n in self.rounds if self.rounds[n]]
+        return bool(shares) and min(shares) >= self.s.contended_share
 
     def mean_cost(self, name: str) -> float:
         """The mean of every run of ``name`` taken, retaken ones included: what a call costs on average under
@@ -106,10 +114,6 @@ class Race:
             quiet = [s.seconds for s in rounds.values() if not self.waited(s)]
             out[name] = len(quiet) - len(without_spikes(quiet, self.s.spike_ratio, self.warmup[name]))
         return out
-
-    def waited_kept(self, name: str) -> int:
-        """How many of its kept runs waited for a CPU (every retake of them waited too)."""
-        return sum(self.waited(s) for s in self.rounds[name].values())
 
     def wait_share(self, name: str) -> float:
         """Seconds its threads waited per second of its runs, over every run taken, retaken ones included."""
@@ -176,28 +180,29 @@ class Race:
             self.round([n for n in names if n in self.rounds])
 
     def round(self, names: list) -> None:
-        """One sample of each of ``names``; the ones that waited retaken at the end of the round."""
+        """One sample of each of ``names``; the ones that waited retaken at the end of the round, except a
+        candidate whose retakes came back waiting in its last two rounds (``stuck``)."""
         names = list(names)
         if self.done:
             self._order.shuffle(names)
-        retakes = self.s.retakes if self.steady < 2 else 0
-        retaken = recovered = 0
-        for attempt in range(retakes + 1):
+        retaken = {}
+        for attempt in range(self.s.retakes + 1):
             again = []
             for name in names:
                 sample = self._take(name)
                 if sample is None:
                     continue
-                if self.waited(sample) and attempt < retakes:
+                if self.waited(sample) and attempt < self.s.retakes and self.stuck.get(name, 0) < 2:
                     self.retaken[name].append(sample)
+                    retaken[name] = True
                     again.append(name)
                 else:
                     self.rounds[name][self.done] = sample
-                    recovered += attempt > 0 and not self.waited(sample)
-            retaken += len(again)
+                    if attempt:
+                        retaken[name] = self.waited(sample)         # True: every retake waited too
             names = again
-        # a neighbour that stays: two rounds in a row in which no retake came back clean end the retakes
-        self.steady = self.steady + 1 if retaken and not recovered else 0 if retaken else self.steady
+        for name, waited_again in retaken.items():
+            self.stuck[name] = self.stuck.get(name, 0) + 1 if waited_again else 0
         self.done += 1
 
     def _take(self, name: str):
@@ -224,7 +229,7 @@ class Race:
 
     def _continues(self, name: str, leader: str, best: float, over: bool) -> bool:
         runs = self.samples[name]
-        clean = self.kept(name) if self.steady >= 2 else self.clean(name)   # a neighbour stayed: runs that waited
+        clean = self.kept(name) if self.stuck.get(name, 0) >= 2 else self.clean(name)   # its runs wait: judged so
         every = runs + [self.warmup[name]]
         evidence = len(clean) + (self.warmup[name] <= self.s.spike_ratio * min(every))
         fastest = min(every)
