@@ -9,12 +9,13 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
 1. first: the first tuning in the process (kernels loaded from Numba's cache: that JIT is measured apart);
 2. warm: a second tuning, in the same process;
 3. steady: a tuning beside a neighbour spinning on one core (``neighbours.py``), judged against a race under
-   that same neighbour (means of every run: what a call costs there); the neighbour stops, the layer is called through the tuner for ``--after`` seconds
+   that same neighbour; the neighbour stops, the layer is called through the tuner for ``--after`` seconds
    (1), and the choice then (re-raced or not) is judged against the quiet race;
 4. bursty: a tuning beside neighbours that come and go on every core;
-5. the judge, quietly, last: a race of every algorithm that supports the pass, ``--rounds`` interleaved rounds
-   of samples taken by the tuner's own rule (``autotune.race.clock.Sampler``: the pool awake, the call
-   timed), no retakes, medians. A choice's regret is its median over the best median, less one.
+5. the judge, quietly, last: every algorithm that supports the pass, timed as a step pays for a call
+   (``regret_layers.judge``: blocks of back-to-back calls with the pool awake, ``--rounds`` interleaved
+   rounds, medians; under the steady neighbour the same, waits included). A choice's regret is its time over
+   the best time, less one.
 
 The tuning cost is a tuning's seconds over the quiet judge's time of the algorithm it chose (JIT excluded).
 Before each phase the machine's contention is probed from outside (``machine_wait_share``), so the record
@@ -64,7 +65,7 @@ def child(args) -> dict:
             t, entry = tune(layer)
             tuners.append(t)
             out["steady"].append(entry)
-            out["judge_steady"].append(judge(layer, args.rounds, "mean"))
+            out["judge_steady"].append(judge(layer, args.rounds))
     out["quiet"]["after"] = machine_wait_share(0.2)
     out["after"] = []
     for layer, t in zip(layers, tuners):
@@ -85,7 +86,7 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     orders.add_arguments(ap, rounds=None)
     ap.add_argument("--layers", type=int, default=12, help="how many of the layers (default all 12)")
-    ap.add_argument("--rounds", type=int, default=15, help="the judge's interleaved rounds (default 15)")
+    ap.add_argument("--rounds", type=int, default=7, help="the judge's interleaved rounds of blocks (default 7)")
     ap.add_argument("--after", type=float, default=1.0, help="seconds of calls once the neighbour is gone")
     ap.add_argument("--out", default=str(RESULTS / "cpu-regret.md"))
     args = ap.parse_args(argv)

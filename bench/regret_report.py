@@ -37,8 +37,8 @@ def render(runs: dict, load: float, args) -> str:
              f"CPU; ~0 is quiet, ~0.33 is one core of two taken): "
              + "; ".join(f"{o} first: " + ", ".join(f"{k} {v:.3f}" for k, v in runs[o]["quiet"].items())
                          for o in orders) + ".", "",
-             "Regret: the judge's median time of the choice over the judge's best, less one (0% = the fastest "
-             "was kept). Tuning cost: the tuning's seconds (JIT excluded) over the quiet judge's time of the "
+             "Regret: the judge's time of the choice over the judge's best, less one (0% = the fastest "
+             "was kept); the judge times blocks of back-to-back calls, as a step pays for them (`bench/regret_layers.py`). Tuning cost: the tuning's seconds (JIT excluded) over the quiet judge's time of the "
              "chosen algorithm.", "",
              "| measure | " + " | ".join(f"{o} first" for o in orders) + " | target |",
              "|---|" + "---|" * len(orders) + "---|"]
