@@ -109,8 +109,9 @@ class Entry:
     shoot-out of the top two (``race/judge.py``: ratio, interval, pairs, outcome), empty when the runner-up
     was out of reach; ``provisional``: why the choice rests on runs that waited ("" when it does not:
     ``race/provisional.py``); ``reraced``: how many times this key was raced again once the machine was quiet;
-    ``mean_times``: the race was contended most of the time, so ``times`` are the means of every run taken,
-    waits included (``race/judge.py``), not medians of clean runs.
+    ``mean_times``: the race was contended most of the time, so ``times`` are means, waits included: per call
+    in blocks of back-to-back calls for the three it ran so, of every run taken for the others
+    (``race/judge.py``), not medians of clean runs.
     """
 
     key: Key
@@ -214,8 +215,9 @@ class Entry:
             output = ("each writing into one output kept for the race (the call allocates its own, untimed)"
                       if self.fresh_output else "each writing into the caller's out= buffer")
             if self.mean_times:
-                lines.append(f"  times: means of every interleaved run, waits included (a neighbour was there most of "
-                             f"the time: the cost under it), the pool awake, {output}")
+                lines.append(f"  times: mean cost per call, waits included (a neighbour was there most of the time: "
+                             f"the cost under it), in blocks of back-to-back calls for the three fastest, of every "
+                             f"run for the others, the pool awake, {output}")
             else:
                 lines.append(f"  times: medians of interleaved runs, the pool awake, less spikes and runs that waited "
                              f"for a CPU (retaken: set aside for waiting; waited: seconds waited per second run), "

@@ -173,7 +173,8 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     entry.algo, entry.tied, verdict = judge.choose(race, lambda n: (
         not registry[n].deterministic, workspace.get(n, 0), entry.errors.get(n, 0.0), n), tuner)
     entry.mean_times = race.contended()
-    entry.times = {n: (race.mean_cost if entry.mean_times else race.typical)(n) for n in race.rounds}
+    entry.times = {n: race.block_costs.get(n, race.mean_cost(n)) if entry.mean_times else race.typical(n)
+                   for n in race.rounds}
     entry.runs = {n: len(r) for n, r in race.rounds.items()}
     entry.samples = dict(race.samples)
     entry.spikes = {n: k for n, k in race.spikes().items() if k}

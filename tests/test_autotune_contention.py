@@ -36,7 +36,7 @@ def test_a_neighbour_that_stays_gives_a_provisional_choice_raced_again_once_quie
     (first,) = t.dispatch_table()
     # every retake waited too: b was the faster under the neighbour, and the choice says what it rests on
     assert first.algo == "b" and first.provisional and first.retaken["a"] >= 1 and first.waited["a"] > 0.3
-    assert first.mean_times and "means of every interleaved run, waits included" in first.report()
+    assert first.mean_times and "mean cost per call, waits included" in first.report()
     assert "PROVISIONAL" in first.report() and t.cache_info().provisional == 1
     while clock.now < BUSY:                          # hits while the neighbour still runs: no re-race
         t.conv2d(x, w)

@@ -21,10 +21,12 @@ decides on the median ratio and its interval:
 The shoot-out runs only when the runner-up's median is within ``reach`` of the leader's: a candidate 1.5x
 slower needs no interval. Cost: each pair costs both runs, so 5-12 pairs cost 10-24 runs of the leader.
 
-Beside a neighbour that stays (``Race.contended``: a quarter or more of all runs waited), no pair is clean
-for long and a sub-millisecond run is clean or waits several milliseconds, by the luck of the neighbour's time
-slices: the choice is then the smallest mean cost of every run taken, waits included, which is what a step
-pays under those conditions; it is provisional, and raced again once the machine is quiet.
+Beside a neighbour that stays (``Race.contended``: over a quarter of every candidate's runs waited), no pair
+is clean for long and a sub-millisecond run is clean or waits several milliseconds, by the luck of the
+neighbour's time slices, so neither a median nor the mean of a few runs says what a step pays there. The three
+candidates of smallest mean cost then run blocks of back-to-back calls (``block_seconds`` each, three rounds,
+interleaved: ``Race.blocks``), and the smallest cost per call in a block wins: what is fastest under the
+conditions measured. The choice is provisional, and raced again once the machine is quiet.
 """
 from __future__ import annotations
 
@@ -114,9 +116,9 @@ def choose(race, preference, settings) -> tuple[str, list, Verdict | None]:
     the runner-up is within ``reach`` and the shoot-out finds it faster or tied (then ``preference`` decides:
     the smallest ``preference(name)`` wins)."""
     if race.contended():
-        # a neighbour was there most of the time: what is fastest under it, by the mean cost of every run (the
-        # choice is provisional, and raced again once the machine is quiet: ``provisional.py``)
-        cost = {n: race.mean_cost(n) for n in race.rounds}
+        # a neighbour was there most of the time: what is fastest under it, by blocks (the choice is
+        # provisional, and raced again once the machine is quiet: ``provisional.py``)
+        cost = race.blocks(sorted(race.rounds, key=race.mean_cost)[:3], settings.block_seconds)
         best = min(cost.values())
         tied = sorted((n for n in cost if cost[n] <= (1 + settings.tie_tolerance) * best), key=cost.get)
         return min(tied, key=preference), tied, None

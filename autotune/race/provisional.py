@@ -11,8 +11,8 @@ under the conditions measured, marks it provisional, and races the key again onc
 (``quiet.py``, ``Tuner``): the mark is in the table and in ``save``d files, and a loaded provisional entry is
 treated the same.
 
-The rule: the choice is provisional when every candidate had at least ``contended_share`` of its runs (retaken
-ones included) wait for a CPU more than ``wait_share`` of their time (``Race.contended``): a neighbour was
+The rule: the choice is provisional when every candidate timed more than once had over ``contended_share``
+of its runs (retaken ones included) wait for a CPU more than ``wait_share`` of their time (``Race.contended``): a neighbour was
 there most of the time, and even a sub-millisecond run that came through clean between two of its time slices
 is what the call costs in a quiet moment, not in a contended second. One candidate's waits alone are its own
 (a BLAS pool beside Numba's: three threads on two cores, quiet machine or not) and mark nothing; a few waits
@@ -29,7 +29,7 @@ def provisional(race, sees_wait: bool, contention_ratio: float) -> str:
             return ""
         shares = ", ".join(f"{n} {race.waited_share(n):.0%} of its runs, {race.wait_share(n):.0%} of its time"
                            for n in race.rounds)
-        return (f"every candidate's runs waited for a CPU (at least {race.s.contended_share:.0%} of them; {shares}): "
+        return (f"every candidate's runs waited for a CPU (over {race.s.contended_share:.0%} of them; {shares}): "
                 f"another process shared the cores")
     runs = {n: len(r) for n, r in race.rounds.items()}
     spikes = race.spikes()

@@ -56,6 +56,7 @@ class Race:
         self.rounds = {name: {} for name in calls}       # name -> round number -> the Sample kept
         self.retaken = {name: [] for name in calls}      # name -> the samples set aside for waiting
         self.abandoned, self.failed, self.spent, self.done, self.stuck = {}, {}, 0.0, 0, {}
+        self.block_costs = {}                            # name -> cost per call in blocks (``blocks``)
         self._order = random.Random(0)
 
     # ---- what has been measured -----------------------------------------------------------------------
@@ -92,11 +93,31 @@ class Race:
         return sum(map(self.waited, taken)) / len(taken) if taken else 0.0
 
     def contended(self) -> bool:
-        """Whether every candidate had at least ``contended_share`` of its runs wait for a CPU: a neighbour that
-        was there most of the time. One candidate's waits alone are its own threads' (a BLAS pool running
-        beside Numba's on the same cores), which a step pays too: they mark nothing."""
-        shares = [self.waited_share(n) for n in self.rounds if self.rounds[n]]
-        return bool(shares) and min(shares) >= self.s.contended_share
+        """Whether every candidate timed more than once had over ``contended_share`` of its runs wait for a
+        CPU: a neighbour that was there most of the time (a candidate that left on one run may have slipped
+        between two of its time slices). One candidate's waits alone are its own threads' (a BLAS pool beside
+        Numba's on two cores: measured quiet here, im2col's and the non-fused Winograds' runs wait 19-56% of
+        their time, Numba-only ones 0%), which a step pays too: they mark nothing."""
+        taken = {n: len(r) + len(self.retaken[n]) for n, r in self.rounds.items()}
+        judged = [n for n in taken if taken[n] >= 2] or [n for n in taken if taken[n]]
+        return bool(judged) and min(self.waited_share(n) for n in judged) > self.s.contended_share
+
+    def blocks(self, names: list, seconds: float, rounds: int = 3) -> dict:
+        """name -> the median over ``rounds`` interleaved rounds of its cost per call in a block of back-to-back
+        calls lasting about ``seconds`` (``clock.Sampler.take_block``); the blocks' time counts in ``spent``."""
+        size = {n: max(1, round(seconds / max(self.mean_cost(n), 1e-9))) for n in names}
+        costs = {n: [] for n in names}
+        for _ in range(rounds):
+            self._order.shuffle(names)
+            for name in names:
+                try:
+                    sample = self.sampler.take_block(self.calls[name], size[name])
+                except Exception:  # noqa: BLE001 - it ran before; failing now, it keeps its runs' mean
+                    continue
+                costs[name].append(sample.seconds)
+                self.spent += sample.seconds * size[name]
+        self.block_costs = {n: median(c) if c else self.mean_cost(n) for n, c in costs.items()}
+        return self.block_costs
 
     def mean_cost(self, name: str) -> float:
         """The mean of every run of ``name`` taken, retaken ones included: what a call costs on average under
