@@ -27,17 +27,20 @@ class FakeClock:
     algorithms' ``waits`` advance and ``FakeReader`` reads."""
 
     def __init__(self):
-        self.now, self.waited, self.cpu, self._lock = 0.0, 0.0, 0.0, threading.Lock()
+        self.now, self.waited, self.cpu, self.others, self._lock = 0.0, 0.0, 0.0, 0.0, threading.Lock()
         self.busy_until = 0.0        # a neighbour process runs until then (fakes with ``busy`` slow down)
 
     def __call__(self) -> float:
         return self.now
 
-    def advance(self, seconds: float, waited: float = 0.0) -> None:
+    def advance(self, seconds: float, waited: float = 0.0, others: float = 0.0) -> None:
+        """``seconds`` of fake time run by this process, ``waited`` of them waiting for a CPU, while other
+        processes used ``others`` seconds of CPU."""
         with self._lock:
             self.now += seconds
             self.cpu += seconds
             self.waited += waited
+            self.others += others
 
 
 class FakeReader:
@@ -54,6 +57,9 @@ class FakeReader:
 
     def read(self) -> Reading:
         return Reading(int(round(self.clock.waited * 1e9)), 0, self.clock.now, int(round(self.clock.cpu * 1e9)))
+
+    def others(self) -> float:
+        return self.clock.others
 
 
 class Fake(Algorithm):
@@ -108,7 +114,7 @@ class Fake(Algorithm):
             out[:, :, -1, :] += 1.0
         costs = self.pass_costs.get(op, self.costs)
         if self.busy and self.clock.now < self.clock.busy_until:
-            self.clock.advance(*self.busy)
+            self.clock.advance(*self.busy, others=self.busy[0])     # the neighbour: a core's worth meanwhile
         else:
             self.clock.advance(costs[min(self.calls - 1, len(costs) - 1)],
                                self.waits[min(self.calls - 1, len(self.waits) - 1)])

@@ -96,22 +96,40 @@ def test_a_quiet_race_is_not_provisional_and_never_raced_again():
     assert not entry.provisional and not entry.retaken and t.cache_info().reraces == 0
 
 
-def test_the_watch_judges_only_busy_windows_and_backs_off_after_a_re_race_that_still_waits():
+def test_the_watch_asks_whether_other_processes_used_the_cores_and_backs_off_after_a_failed_re_race():
     clock = FakeClock()
-    watch = QuietWatch(FakeReader(clock), interval=0.1, windows=2, clock=clock)
+    watch = QuietWatch(FakeReader(clock), interval=0.1, windows=2, clock=clock, cores=2)
     assert not watch.quiet()                         # the first reading: nothing to judge yet
-    clock.now += 0.2                                 # idle: the process ran nothing, which says nothing
-    assert not watch.quiet()
     for _ in range(2):
-        clock.advance(0.2, waited=0.05)              # busy and waiting 25% of its CPU time: contended
+        clock.advance(0.2, others=0.2)               # a neighbour took half the machine: contended
         assert not watch.quiet()
-    for _ in range(2):
-        clock.advance(0.2)                           # busy and not waiting: quiet after two windows
-    watch.quiet()
-    clock.advance(0.2)
+    clock.advance(0.2, waited=0.1)                   # this process's own threads waited: not a neighbour
+    assert not watch.quiet()
+    clock.now += 0.2                                 # idle, and nobody else ran: quiet too
     assert watch.quiet()
     watch.raced(still_waiting=True)
     assert watch.interval == pytest.approx(0.2) and not watch.quiet()
+
+
+class Blind(FakeReader):
+    """A platform that cannot see other processes' CPU time: the process's own waits are judged instead."""
+
+    def others(self):
+        return None
+
+
+def test_without_other_processes_cpu_time_the_watch_judges_busy_windows_by_their_waits():
+    clock = FakeClock()
+    watch = QuietWatch(Blind(clock), interval=0.1, windows=2, clock=clock)
+    watch.quiet()
+    clock.now += 0.2                                 # idle: too idle to say
+    assert not watch.quiet()
+    clock.advance(0.2, waited=0.05)                  # busy and waiting 25% of its CPU time: contended
+    assert not watch.quiet()
+    clock.advance(0.2)
+    watch.quiet()
+    clock.advance(0.2)
+    assert watch.quiet()
 
 
 def test_provisional_survives_save_and_load_and_an_old_contended_mark_loads_as_provisional(tmp_path):
@@ -164,6 +182,7 @@ def test_the_real_reader_sees_every_thread_of_this_process():
         stop.set()
         worker.join()
     assert reader.read().wait_ns >= 0                # the ended thread's file is dropped, not an error
+    assert isinstance(reader.others(), float)        # other processes' CPU seconds, from /proc/stat
 
 
 def test_the_machine_probe_returns_a_share():

@@ -75,6 +75,9 @@ class Usage(NamedTuple):
 NO_USAGE = Usage(0.0, 0, 0.0)
 
 
+_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
 def _switches() -> int:
     return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
 
@@ -109,6 +112,19 @@ class ProcReader:
                 del self._files[tid]
         return Reading(wait, _switches(), time.perf_counter(), cpu)
 
+    def others(self) -> float | None:
+        """Seconds of CPU that other processes have used since boot: the machine's busy time (``/proc/stat``:
+        user, nice, system, irq, softirq, steal) less this process's (``getrusage``). Kept in the kernel's ticks
+        (10 ms here): for windows of a tenth of a second and more (``quiet.py``)."""
+        try:
+            with open("/proc/stat") as f:
+                fields = [int(v) for v in f.readline().split()[1:]]
+        except (OSError, ValueError):
+            return None
+        busy = sum(fields[:3]) + sum(fields[5:8])
+        own = resource.getrusage(resource.RUSAGE_SELF)
+        return busy / _TICKS - (own.ru_utime + own.ru_stime)
+
     def close(self) -> None:
         for fd in self._files.values():
             os.close(fd)
@@ -128,6 +144,9 @@ class RusageReader:
     def read(self) -> Reading:
         return Reading(0, _switches(), time.perf_counter(), time.process_time_ns())
 
+    def others(self) -> None:
+        """Unknown here (``quiet.py`` then judges by this process's own involuntary switches: none)."""
+
 
 class NullReader:
     """No counters (Windows): every run reads as unwaited; the race judges runs by their times alone."""
@@ -140,6 +159,9 @@ class NullReader:
 
     def read(self) -> Reading:
         return Reading(0, 0, time.perf_counter(), time.process_time_ns())
+
+    def others(self) -> None:
+        """Unknown here."""
 
 
 def reader():
