@@ -54,6 +54,15 @@ def test_a_neighbour_that_stays_gives_a_provisional_choice_raced_again_once_quie
     assert next(iter(t.dispatch_table())) is again and algos["b"].calls == calls
 
 
+def test_a_slow_run_that_waited_is_not_retaken_when_it_would_be_slow_without_its_wait():
+    clock = FakeClock()
+    # b's runs wait 0.5 ms, but take 3 ms: 2.5 ms without the wait is still over settle_ratio x a's 1 ms
+    t = tuner(clock, fakes(clock, a=1e-3, b=(3e-3, {"waits": 0.5e-3})))
+    t.conv2d(*arrays())
+    (e,) = t.dispatch_table()
+    assert e.algo == "a" and not e.retaken and e.runs["b"] == 1
+
+
 def test_beside_a_neighbour_that_stays_a_slower_candidate_still_leaves_early():
     clock = FakeClock()
     # every run waits: after two rounds of retakes that never came back clean the race stops retaking, and the

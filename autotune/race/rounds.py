@@ -206,14 +206,14 @@ class Race:
         names = list(names)
         if self.done:
             self._order.shuffle(names)
-        retaken = {}
+        retaken, taken = {}, {}
         for attempt in range(self.s.retakes + 1):
             again = []
             for name in names:
-                sample = self._take(name)
+                sample = taken[name] = self._take(name)
                 if sample is None:
                     continue
-                if self.waited(sample) and attempt < self.s.retakes and self.stuck.get(name, 0) < 2:
+                if attempt < self.s.retakes and self._retake(name, sample, taken):
                     self.retaken[name].append(sample)
                     retaken[name] = True
                     again.append(name)
@@ -225,6 +225,16 @@ class Race:
         for name, waited_again in retaken.items():
             self.stuck[name] = self.stuck.get(name, 0) + 1 if waited_again else 0
         self.done += 1
+
+    def _retake(self, name: str, sample, taken: dict) -> bool:
+        """Whether a run is retaken: it waited, its candidate's retakes are not stuck, and it could still be the
+        fastest once its waiting is taken off (waiting only adds time: a run whose time less all its threads'
+        waiting is over ``settle_ratio`` times the best clean run so far is slow whatever the neighbour did)."""
+        if not self.waited(sample) or self.stuck.get(name, 0) >= 2:
+            return False
+        clean = [t for n in self.rounds for t in self.clean(n)] + [s.seconds for s in taken.values()
+                                                                  if s is not None and not self.waited(s)]
+        return not clean or sample.seconds - sample.usage.waited <= self.s.settle_ratio * min(clean)
 
     def _take(self, name: str):
         try:
