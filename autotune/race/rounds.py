@@ -262,7 +262,8 @@ class Race:
         runs = self.samples[name]
         clean = self.kept(name) if self.stuck.get(name, 0) >= 2 else self.clean(name)   # its runs wait: judged so
         every = runs + [self.warmup[name]]
-        evidence = len(clean) + (self.warmup[name] <= self.s.spike_ratio * min(every))
+        # evidence that it is slow: runs that waited count too (waiting only adds time)
+        evidence = len(self.kept(name)) + (self.warmup[name] <= self.s.spike_ratio * min(every))
         fastest = min(every)
         if name != leader and best > 0:
             if (evidence >= 2 or len(every) >= 3) and fastest >= self.s.abandon_ratio * best:
