@@ -130,8 +130,10 @@ def report(ranks: list, batch: int, rounds: int, repeats: int, load: tuple, quic
     lines = [header("CPU: a converted model under DistributedDataParallel, one dispatch table per fleet"),
              f"Command: `python -m bench.fleet{' --quick' if quick else ''}`: 2 ranks spawned on this machine, 1 "
              f"thread each, gloo on localhost; torch ResNet-20 b{batch} per rank. Load average {load[0]:.1f} before, "
-             f"{load[1]:.1f} after (the ranks' own threads included), on {os.cpu_count()} cores"
-             + (": other processes were using the cores, the timings are disturbed." if load[0] > 1.0 else ".") + "\n",
+             f"{load[2]:.1f} after (the ranks' own threads included), on {os.cpu_count()} cores; before the run, "
+             f"probes spinning on every core waited {load[1]:.1%} of their time for a CPU"
+             + (": other processes were using the cores, the timings are disturbed." if load[1] > 0.05 else
+                " (quiet).") + "\n",
              "## A training step under DDP, after tuning\n",
              f"{rounds} interleaved rounds, rank 0's clock (a DDP step waits for the other rank's gradients).\n",
              "| step | median ms | ratio (quartiles per round) |", "|---|---|---|",
@@ -176,9 +178,10 @@ def main(argv=None) -> int:
     batch = args.batch or (4 if args.quick else 32)
     rounds, repeats = args.rounds or (3 if args.quick else 20), args.repeats or (1 if args.quick else 2)
     out = args.out or (Path(tempfile.gettempdir()) / "cpu-fleet.md" if args.quick else RESULTS / "cpu-fleet.md")
-    before = os.getloadavg()[0]
+    from autotune.race.contention import machine_wait_share
+    before = (os.getloadavg()[0], machine_wait_share(0.3))
     ranks = run(batch, rounds, repeats)
-    write_record(out, report(ranks, batch, rounds, repeats, (before, os.getloadavg()[0]), args.quick))
+    write_record(out, report(ranks, batch, rounds, repeats, (*before, os.getloadavg()[0]), args.quick))
     return 0
 
 
