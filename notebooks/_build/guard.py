@@ -85,6 +85,7 @@ class Reading(NamedTuple):
     wait_ns: int
     wall: float
     machine_s: float
+    process_s: float = 0.0    # the kernel's CPU seconds, its ended threads and reaped children included
 
 
 def machine_seconds() -> float:
@@ -96,11 +97,22 @@ def machine_seconds() -> float:
     return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK") - own.ru_utime - own.ru_stime
 
 
+def process_seconds(pid: int) -> float:
+    """CPU seconds of process ``pid`` so far, every thread it ever ran and its reaped children included
+    (/proc/<pid>/stat: utime, stime, cutime, cstime)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return sum(int(v) for v in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def span(a: Reading, b: Reading) -> dict:
     """What happened between two readings: the kernel's CPU and wait seconds, its wait share (waited / (on a
     CPU + waited)), and the cores other processes used on average."""
     cpu, wait, wall = (b.cpu_ns - a.cpu_ns) * 1e-9, (b.wait_ns - a.wait_ns) * 1e-9, b.wall - a.wall
-    others = max(0.0, b.machine_s - a.machine_s - cpu) / wall if wall > 0 else 0.0
+    # the kernel's own CPU from /proc/<pid>/stat: threads that ended in the cell (the CUDA simulator runs a
+    # Python thread per GPU thread) leave the live threads' schedstat sum, and must not count as others'
+    own = max(cpu, b.process_s - a.process_s)
+    others = max(0.0, b.machine_s - a.machine_s - own) / wall if wall > 0 else 0.0
     return {"cpu_s": round(cpu, 2), "waited_s": round(wait, 3), "seconds": round(wall, 1),
             "wait_share": round(wait / (cpu + wait), 4) if cpu + wait > 0 else 0.0, "others_cores": round(others, 3)}
 
@@ -121,7 +133,7 @@ class Watch:
     def _read(self, cell):
         from autotune.race.contention import process_usage
         cpu, wait = process_usage(self.pid)
-        self.readings.append(Reading(cell, cpu, wait, time.monotonic(), machine_seconds()))
+        self.readings.append(Reading(cell, cpu, wait, time.monotonic(), machine_seconds(), process_seconds(self.pid)))
         self.loads.append(os.getloadavg()[0])
 
     def _start(self, **_):
