@@ -71,15 +71,16 @@ def test_notebook_prints_the_header_first(path):
 
 
 @pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
-def test_stored_outputs_were_measured_quiet(path):
+def test_stored_outputs_were_measured_quiet(path, guard):
     """The stored outputs come from the guarded build: measured quiet before and during the run, and the header
     cell shows what was measured during it (python notebooks/_build/build.py --execute --all)."""
     nb = nbformat.read(path, as_version=4)
     quiet = nb.metadata.get("quiet")
     assert quiet, f"{path.name} was not stored by the guarded build"
     assert quiet["before"]["wait_share"] <= quiet["max_share"]
-    assert quiet["during"]["wait_share"] <= quiet["max_share"]
-    assert quiet["during"]["worst_cell"]["share"] <= quiet["max_cell_share"]
+    # the guard's own rule: other processes stayed off the cores; the kernel's threads waiting for each other
+    # with nothing else running (a pool spinning beside another) is the notebook's own behaviour, not a neighbour
+    assert guard.verdict(quiet["during"]) == "", quiet["during"]
     header = next(c for c in nb.cells if c.cell_type == "code")
     text = "".join(o.get("text", "") for o in header.outputs)
     assert "quiet:" in text and "during:" in text and "CONTENDED" not in text
