@@ -1,6 +1,6 @@
 """A converted model under DistributedDataParallel, and one dispatch table per fleet; bench/results/cpu-fleet.md.
 
-    python -m bench.fleet            # the record (2-4 minutes on a quiet machine)
+    python -m bench.fleet            # the record: one fleet run per import order (about a minute, quiet)
     python -m bench.fleet --quick    # a smoke test: batch 4, few rounds, written under /tmp unless --out
 
 The bench starts its own fleet: 2 ranks spawned on this machine, 1 thread each (NUMBA_NUM_THREADS,
@@ -22,15 +22,22 @@ DistributedDataParallel, and its own batch.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import tempfile
 import time
 from pathlib import Path
 
-import autotune  # noqa: F401 - before torch, as the project's benches do
+# each rank's first import: the module named by BENCH_FLEET_FIRST (set by ``main`` per import order), before
+# autotune; spawned ranks import this module first, so this line decides their order
+importlib.import_module(os.environ.get("BENCH_FLEET_FIRST", "autotune"))
+import autotune  # noqa: E402,F401
 
-from .common import RESULTS, header, write_record
+from .common import RESULTS, header, write_record  # noqa: E402
+
+#: a rank's first import per order, as bench.orders names them
+FIRST = {"numpy": "numpy", "torch": "torch", "convalgos": "autotune"}
 
 MODES = ("alone", "fleet, at the misses", "fleet, prepared", "fleet as two nodes")
 ONE_THREAD = {"NUMBA_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
@@ -174,14 +181,24 @@ def main(argv=None) -> int:
     parser.add_argument("--rounds", type=int, default=None, help="interleaved step rounds (default 20)")
     parser.add_argument("--repeats", type=int, default=None, help="tuning rounds per mode (default 2)")
     parser.add_argument("--out", type=Path, default=None, help="the record (default bench/results/cpu-fleet.md)")
+    parser.add_argument("--orders", default="numpy,torch,convalgos",
+                        help="each rank's first import, one fleet run per order (default numpy,torch,convalgos)")
     args = parser.parse_args(argv)
     batch = args.batch or (4 if args.quick else 32)
     rounds, repeats = args.rounds or (3 if args.quick else 20), args.repeats or (1 if args.quick else 2)
     out = args.out or (Path(tempfile.gettempdir()) / "cpu-fleet.md" if args.quick else RESULTS / "cpu-fleet.md")
     from autotune.race.contention import machine_wait_share
-    before = (os.getloadavg()[0], machine_wait_share(0.3))
-    ranks = run(batch, rounds, repeats)
-    write_record(out, report(ranks, batch, rounds, repeats, (*before, os.getloadavg()[0]), args.quick))
+    parts = []
+    for order in args.orders.split(","):
+        os.environ["BENCH_FLEET_FIRST"] = FIRST[order]
+        before = (os.getloadavg()[0], machine_wait_share(0.3))
+        ranks = run(batch, rounds, repeats)
+        text = report(ranks, batch, rounds, repeats, (*before, os.getloadavg()[0]), args.quick)
+        parts.append(text if not parts else text.split("\n", 4)[-1])
+        parts[-1] = parts[-1].replace("## A training step under DDP", f"## {order} imported first in each rank\n\n"
+                                      "### A training step under DDP", 1).replace("## Tuning the first step",
+                                                                                 "### Tuning the first step", 1)
+    write_record(out, "\n".join(parts))
     return 0
 
 
