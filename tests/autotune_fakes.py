@@ -157,6 +157,7 @@ def arrays(N=2, C=3, H=7, K=4, R=3, seed=0):
 def tuner(clock, algos, **kw):
     """A benchmark-mode Tuner over ``algos``, timed by the fake clock, with no heuristic rules by default."""
     kw.setdefault("reader", FakeReader(clock))
+    kw.setdefault("pair_below", 0.0)                 # one fake call per sample: each cost list maps call by call
     return Tuner(algos, benchmark=True, timer=fake_timer(clock), heuristics=kw.pop("heuristics", NO_RULES), **kw)
 
 

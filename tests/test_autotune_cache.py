@@ -183,7 +183,7 @@ def test_two_processes_saving_different_entries_lose_nothing(tmp_path):
 # ---- through the Tuner and autotune.conv2d -----------------------------------------------------------------
 def tuner(path):
     clock = FakeClock()
-    return Tuner(fakes(clock, a=1e-3, b=2e-3), benchmark=True, timer=fake_timer(clock), reader=FakeReader(clock),
+    return Tuner(fakes(clock, a=1e-3, b=2e-3), benchmark=True, timer=fake_timer(clock), reader=FakeReader(clock), pair_below=0.0,
                  heuristics=Heuristics({"rules": []}), cache_path=path)
 
 
@@ -229,7 +229,7 @@ ENV = textwrap.dedent("""
     from autotune.heuristics import Heuristics
     from autotune_fakes import FakeClock, FakeReader, fake_timer, fakes
     clock = FakeClock()
-    t = Tuner(fakes(clock, a=1e-3, b=2e-3), benchmark=True, timer=fake_timer(clock), reader=FakeReader(clock),
+    t = Tuner(fakes(clock, a=1e-3, b=2e-3), benchmark=True, timer=fake_timer(clock), reader=FakeReader(clock), pair_below=0.0,
               heuristics=Heuristics({{"rules": []}}), cache_path=__import__('autotune').tuner.ENV)
     for H in range(5, 9):
         t.conv2d(np.ones((1, 2, H, H), np.float32), np.ones((3, 2, 3, 3), np.float32))

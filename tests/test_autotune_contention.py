@@ -147,7 +147,7 @@ def test_provisional_survives_save_and_load_and_an_old_contended_mark_loads_as_p
     t.conv2d(*arrays())
     path = tmp_path / "cache.json"
     t.save(path)
-    fresh = Tuner(benchmark=True, heuristics=NO_RULES, timer=fake_timer(clock), reader=FakeReader(clock),
+    fresh = Tuner(benchmark=True, heuristics=NO_RULES, timer=fake_timer(clock), reader=FakeReader(clock), pair_below=0.0,
                   algorithms=neighbour_then_quiet(clock))
     fresh.load(path)
     (loaded,) = fresh.dispatch_table()

@@ -33,7 +33,7 @@ def test_each_pass_is_tuned_on_its_own_key_and_gives_the_reference():
     clock = FakeClock()
     algos = fakes(clock, a=(1e-3, {"pass_cost": {"backward_data": 3e-3}}),
                   b=(2e-3, {"pass_cost": {"backward_data": 1e-3}}))
-    t = Tuner(algos, benchmark=True, timer=fake_timer(clock), reader=FakeReader(clock), heuristics=NO_RULES)
+    t = Tuner(algos, benchmark=True, timer=fake_timer(clock), reader=FakeReader(clock), pair_below=0.0, heuristics=NO_RULES)
     x, w, dy = layer()
     y, dx, dw = three_passes(t, x, w, dy)
     p = by_op(t)["forward"].key.params
@@ -53,7 +53,7 @@ def test_each_pass_is_tuned_on_its_own_key_and_gives_the_reference():
 def test_a_pass_an_algorithm_lacks_is_skipped_with_its_reason():
     clock = FakeClock()
     algos = fakes(clock, forward_only=(1e-4, {"passes": ("forward",)}), every=1e-3)
-    t = Tuner(algos, benchmark=True, timer=fake_timer(clock), reader=FakeReader(clock), heuristics=NO_RULES)
+    t = Tuner(algos, benchmark=True, timer=fake_timer(clock), reader=FakeReader(clock), pair_below=0.0, heuristics=NO_RULES)
     three_passes(t, *layer())
     entries = by_op(t)
     assert entries["forward"].algo == "forward_only"
@@ -66,7 +66,7 @@ def test_a_pass_an_algorithm_lacks_is_skipped_with_its_reason():
 def test_a_wrong_backward_result_is_rejected_by_the_sampled_check(wrong):
     clock = FakeClock()
     algos = fakes(clock, broken=(1e-4, {"wrong": wrong}), good=1e-3)
-    t = Tuner(algos, benchmark=True, timer=fake_timer(clock), reader=FakeReader(clock), heuristics=NO_RULES)
+    t = Tuner(algos, benchmark=True, timer=fake_timer(clock), reader=FakeReader(clock), pair_below=0.0, heuristics=NO_RULES)
     three_passes(t, *layer(N=3, C=4, H=12, K=6))
     for op, entry in by_op(t).items():
         assert entry.algo == "good" and entry.skipped["broken"].startswith("rejected: normwise error"), op
@@ -77,7 +77,7 @@ def test_the_heuristic_chooses_per_pass_and_by_flops_where_nothing_was_measured(
     algos = fakes(clock, a=(1e-3, {"flops": 10}), b=(1e-3, {"flops": 5}))
     rules = Heuristics({"devices": {"cpu": {"forward": [{"name": "fwd", "when": {}, "order": ["a", "b"]}],
                                             "backward_data": [{"name": "bwd", "when": {}, "order": ["a"]}]}}})
-    t = Tuner(algos, timer=fake_timer(clock), reader=FakeReader(clock), heuristics=rules)
+    t = Tuner(algos, timer=fake_timer(clock), reader=FakeReader(clock), pair_below=0.0, heuristics=rules)
     three_passes(t, *layer())
     entries = by_op(t)
     assert {op: (e.algo, e.source) for op, e in entries.items()} == {
@@ -90,7 +90,7 @@ def test_the_heuristic_chooses_per_pass_and_by_flops_where_nothing_was_measured(
 def test_deterministic_workspace_limit_and_out_apply_to_every_pass():
     clock = FakeClock()
     algos = fakes(clock, racy=(1e-4, {"deterministic": False}), big=(1e-4, {"workspace": 1 << 20}), steady=1e-3)
-    t = Tuner(algos, benchmark=True, deterministic=True, workspace_limit=1 << 10, timer=fake_timer(clock), reader=FakeReader(clock),
+    t = Tuner(algos, benchmark=True, deterministic=True, workspace_limit=1 << 10, timer=fake_timer(clock), reader=FakeReader(clock), pair_below=0.0,
               heuristics=NO_RULES)
     x, w, dy = layer()
     outs = {op: np.full(shape, np.nan, np.float32) for op, shape in

@@ -75,3 +75,14 @@ def test_prune_ratio_skips_what_the_heuristic_measured_far_slower():
     entry = tuned(clock, algos, heuristics=rules)
     assert entry.algo == "a" and algos["c"].calls == 0 and entry.skipped["c"].startswith("pruned: rule 'r' measured")
     assert tuned(clock, algos, heuristics=rules, prune_ratio=None).algo == "c"
+
+
+def test_a_short_call_is_timed_twice_back_to_back_and_a_long_one_once():
+    clock = FakeClock()
+    # a's calls after its warm-up alternate 1 and 2 ms: timed in pairs, each sample is their mean; b's 5 ms calls
+    # (over pair_below) are timed one at a time
+    algos = fakes(clock, a=[1e-3] + [1e-3, 2e-3] * 40, b=5e-3)
+    entry = tuned(clock, algos, pair_below=4e-3)
+    assert entry.algo == "a" and entry.samples["a"] == pytest.approx([1.5e-3] * entry.runs["a"])
+    # warm-up, the timed runs, and (a's) the user's call itself
+    assert algos["a"].calls == 1 + 2 * entry.runs["a"] + 1 and algos["b"].calls == 1 + entry.runs["b"]

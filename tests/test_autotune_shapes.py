@@ -19,7 +19,7 @@ def arrays(N=2, H=7, C=3, K=4, seed=0):
 
 def tuner(clock, algos=None, **kw):
     algos = fakes(clock, a=1e-3, b=2e-3) if algos is None else algos
-    return Tuner(algos, benchmark=True, timer=fake_timer(clock), reader=FakeReader(clock), heuristics=NO_RULES, **kw)
+    return Tuner(algos, benchmark=True, timer=fake_timer(clock), reader=FakeReader(clock), pair_below=0.0, heuristics=NO_RULES, **kw)
 
 
 def test_counts_per_layer_log_every_tuning_and_warn_once(caplog):

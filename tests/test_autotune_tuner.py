@@ -141,7 +141,7 @@ def test_any_exception_skips_the_candidate_with_its_error(error):
 def test_heuristic_choice_that_fails_falls_back_to_the_next_ranked():
     clock = FakeClock()
     algos = fakes(clock, first=(1e-4, {"raises": MemoryError("Unable to allocate 5.67 GiB")}), second=1e-3)
-    t = Tuner(algos, timer=fake_timer(clock), reader=FakeReader(clock), heuristics=NO_RULES)
+    t = Tuner(algos, timer=fake_timer(clock), reader=FakeReader(clock), pair_below=0.0, heuristics=NO_RULES)
     x, w = arrays()
     np.testing.assert_allclose(t.conv2d(x, w), reference.conv2d(x, w), rtol=1e-5, atol=1e-5)
     (entry,) = t.dispatch_table()
@@ -161,7 +161,7 @@ def test_deterministic_excludes_nondeterministic():
 def test_unsupported_reason_recorded_and_heuristic_mode_times_nothing():
     clock = FakeClock()
     algos = fakes(clock, wino=(1e-4, {"only_3x3": True}), plain=1e-3)
-    t = Tuner(algos, timer=fake_timer(clock), reader=FakeReader(clock), heuristics=Heuristics({"rules": [
+    t = Tuner(algos, timer=fake_timer(clock), reader=FakeReader(clock), pair_below=0.0, heuristics=Heuristics({"rules": [
         {"name": "3x3", "when": {"kernel": [3, 3]}, "order": ["wino", "plain"]},
         {"name": "default", "when": {}, "order": ["plain"]}]}))
     t.conv2d(*arrays(R=3))

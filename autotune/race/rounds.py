@@ -75,6 +75,13 @@ class Race:
         low = max(keep, default=-1.0)
         return {r: t for r, t in quiet.items() if t <= low}
 
+    def _evidence_rounds(self, name: str) -> dict:
+        """round -> seconds of the runs that speak for ``name``: its clean ones, or, once its retakes are stuck
+        (its waits are its own threads'), every kept run."""
+        if self.stuck.get(name, 0) < 2:
+            return self.clean_rounds(name)
+        return {r: s.seconds for r, s in self.rounds[name].items()}
+
     def clean(self, name: str) -> list:
         """The seconds of ``name``'s kept runs that neither waited nor were spikes."""
         return list(self.clean_rounds(name).values())
@@ -143,11 +150,12 @@ class Race:
         return sum(s.usage.waited for s in every) / total if total > 0 else 0.0
 
     def pairs(self, a: str, b: str) -> list:
-        """(a's seconds, b's seconds) of the rounds in which both were timed and neither run waited or was a
-        spike: the paired evidence the judge decides on. Beside a neighbour that stayed (fewer than
+        """(a's seconds, b's seconds) of the rounds in which both were timed and neither run waited (unless its
+        candidate's retakes are stuck: its waits are its own) or was a spike: the paired evidence the judge
+        decides on. Beside a neighbour that stayed (fewer than
         ``min_pairs`` such rounds), the rounds in which both ran alike, waiting included: what is fastest under
         the conditions measured (the choice is then provisional)."""
-        ca, cb = self.clean_rounds(a), self.clean_rounds(b)
+        ca, cb = self._evidence_rounds(a), self._evidence_rounds(b)
         clean = [(ca[r], cb[r]) for r in sorted(ca.keys() & cb.keys())]
         if len(clean) >= self.s.min_pairs:
             return clean
@@ -238,13 +246,13 @@ class Race:
 
     def _take(self, name: str):
         try:
-            sample = self.sampler.take(self.calls[name])
+            sample = self.sampler.take(self.calls[name], 2 if self.warmup[name] < self.s.pair_below else 1)
         except Exception as e:  # noqa: BLE001 - a candidate failing mid-race is dropped, with its error
             self.failed[name] = f"failed while timed: {type(e).__name__}: {e}"
             self.device.release(self.registry[name])
             del self.rounds[name], self.retaken[name]
             return None
-        self.spent += sample.seconds
+        self.spent += sample.seconds * (2 if self.warmup[name] < self.s.pair_below else 1)
         return sample
 
     def over_budget(self) -> bool:
