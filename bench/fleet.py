@@ -195,7 +195,7 @@ def main(argv=None) -> int:
         ranks = run(batch, rounds, repeats)
         text = report(ranks, batch, rounds, repeats, (*before, os.getloadavg()[0]), args.quick)
         parts.append(text if not parts else text.split("\n", 4)[-1])
-        parts[-1] = parts[-1].replace("## A training step under DDP", f"## {order} imported first in each rank\n\n"
+        parts[-1] = parts[-1].replace("## A training step under DDP", f"## {order} first (each rank's first import)\n\n"
                                       "### A training step under DDP", 1).replace("## Tuning the first step",
                                                                                  "### Tuning the first step", 1)
     write_record(out, "\n".join(parts))
