@@ -63,14 +63,6 @@ class Usage(NamedTuple):
     switches: int
     wall: float
 
-    def share(self) -> float:
-        """Seconds waited per wall second (0 for an empty interval). Summed over threads, so two threads each
-        waiting half the time read 1.0: the cores this process was short of, on average."""
-        return self.waited / self.wall if self.wall > 0 else 0.0
-
-    def __add__(self, other: "Usage") -> "Usage":
-        return Usage(self.waited + other.waited, self.switches + other.switches, self.wall + other.wall)
-
 
 NO_USAGE = Usage(0.0, 0, 0.0)
 
@@ -124,11 +116,6 @@ class ProcReader:
         busy = sum(fields[:3]) + sum(fields[5:8])
         own = resource.getrusage(resource.RUSAGE_SELF)
         return busy / _TICKS - (own.ru_utime + own.ru_stime)
-
-    def close(self) -> None:
-        for fd in self._files.values():
-            os.close(fd)
-        self._files.clear()
 
 
 class RusageReader:

@@ -56,10 +56,6 @@ class Verdict(NamedTuple):
     def within_band(self) -> bool:
         return 1 / (1 + self.band) <= self.ratio <= 1 + self.band
 
-    def describe(self) -> str:
-        return (f"{self.second} / {self.first} = {self.ratio:.3f} [{self.low:.3f}, {self.high:.3f}] over "
-                f"{self.pairs} paired rounds: {self.outcome} (tie band +-{self.band:.0%})")
-
     def to_dict(self) -> dict:
         return self._asdict()
 
