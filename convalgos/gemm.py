@@ -37,26 +37,31 @@ for _name in ROUTINES.values():
 _sgemm, _dgemm, _cgemm, _zgemm = (types.ExternalFunction(f"convalgos_scipy_{n}", _FORTRAN) for n in ROUTINES.values())
 #: alpha = 1 and beta = 0 in each dtype, read by address.
 _SCALARS = {c: np.array([1, 0], c) for c in ROUTINES}
+#: bytes of one scalar per routine number (s, d, c, z): where the 0 follows the 1.
+_SCALAR_BYTES = np.array([4, 8, 8, 16], np.int64)
 
 
 @njit(cache=True)
-def _stacked(a, b, c, plan, scalars):
+def _stacked(plan):
     """For i < plan[6], j < plan[7]: item (i, j) of C = A @ B on ``?gemm`` number plan[16] (s, d, c, z).
     ``plan``: n, m, k, ldb, lda, ldc, the stack's two sizes, then A's, B's and C's byte steps along them (two
-    each), and the transpose characters of B and A."""
+    each), the transpose characters of B and A, the routine, then the addresses of A, B, C and of the
+    routine's (1, 0) scalars. Addresses, not arrays: the caller keeps the arrays alive, and the kernel has
+    one signature (as arrays, each dtype, layout and number of axes of A, B and C compiled a kernel of its
+    own: 110 of them in a test run, ~0.4 s each)."""
     dims = np.empty(6, np.int32)
     for q in range(6):
         dims[q] = plan[q]
     ops = np.empty(2, np.uint8)
     ops[0], ops[1] = plan[14], plan[15]
-    o, d, s = ops.ctypes.data, dims.ctypes.data, scalars.ctypes.data
-    one, zero = s, s + scalars.itemsize
+    o, d = ops.ctypes.data, dims.ctypes.data
+    one, zero = plan[20], plan[20] + _SCALAR_BYTES[plan[16]]
     gemm = plan[16]
     for i in range(plan[6]):
         for j in range(plan[7]):
-            pa = a.ctypes.data + i * plan[8] + j * plan[9]
-            pb = b.ctypes.data + i * plan[10] + j * plan[11]
-            pc = c.ctypes.data + i * plan[12] + j * plan[13]
+            pa = plan[17] + i * plan[8] + j * plan[9]
+            pb = plan[18] + i * plan[10] + j * plan[11]
+            pc = plan[19] + i * plan[12] + j * plan[13]
             if gemm == 0:
                 _sgemm(o, o + 1, d, d + 4, d + 8, one, pb, d + 12, pa, d + 16, zero, pc, d + 20)
             elif gemm == 1:
@@ -68,6 +73,10 @@ def _stacked(a, b, c, plan, scalars):
     # Numba frees an array after its last use; BLAS reads dims and ops through raw addresses, so they are used
     # here, after the loop, to keep them alive through it (without this, freed memory was read as dims).
     return dims[0] + ops[0]
+
+
+def _address(x) -> int:
+    return x.__array_interface__["data"][0]
 
 
 def _steps(x, stack) -> list:
@@ -140,8 +149,9 @@ def matmul(a, b, out=None):
     ldc = max(1, n if m == 1 else target.strides[-2] // target.itemsize)
     items = (1,) * (2 - len(stack)) + stack
     plan = np.array([n, m, k, ldb, lda, ldc, *items, *_steps(a, items), *_steps(b, items), *_steps(target, items),
-                     op_b, op_a, "fdFD".index(dtype.char)], np.int64)
-    _stacked(a, b, target, plan, _SCALARS[dtype.char])
+                     op_b, op_a, "fdFD".index(dtype.char), _address(a), _address(b), _address(target),
+                     _address(_SCALARS[dtype.char])], np.int64)
+    _stacked(plan)          # a, b and target stay alive here, as locals, through the call
     if target is not out:
         out[...] = target
     return out

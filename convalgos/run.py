@@ -8,8 +8,17 @@ module, NumPy or CuPy, when not given). A result of another dtype or layout goes
 ``prepared`` (``algorithm.prepare(w, p, op)``, forward and backward_data): the pass reads the weight in that
 form instead of transforming ``w`` again; ``w`` may then be None. A form made for another algorithm, pass or
 layer is refused with a ValueError.
+
+The operands reach a CPU algorithm read-only (NumPy views with ``writeable`` off): a
+pass that wrote into its input fails at once (Numba refuses to compile a store into a read-only array, NumPy
+raises) instead of corrupting the caller's data, and each kernel has one signature per dtype. Numba compiles a
+kernel anew for each argument type, and a read-only array is a type of its own: when the operands came as the
+caller had them, writable (most) or read-only (a prepared form, an eval-mode weight, ``np.broadcast_to``, a
+memory-mapped file), the test suite compiled many kernels two to four times over (``convalgos.warm``).
 """
 from __future__ import annotations
+
+import numpy as np
 
 from .arrays import array_module
 from .params import ConvParams
@@ -35,10 +44,20 @@ def run(algorithm, op: str, a, b, p: ConvParams, out=None, bias=None, prepared=N
             return out
     direct_out = out.dtype == cdt and out.flags.c_contiguous
     result = out if direct_out else algorithm.workspace.get(f"run.{op}", out.shape, cdt, xp=xp)
-    b = None if b is None else xp.ascontiguousarray(b, dtype=cdt)
-    getattr(algorithm, op)(xp.ascontiguousarray(a, dtype=cdt), b, p, result, **extra)
+    a, b = (None if v is None else xp.ascontiguousarray(v, dtype=cdt) for v in (a, b))
+    if algorithm.backend == "cpu":
+        a, b = read_only(a), read_only(b)
+    getattr(algorithm, op)(a, b, p, result, **extra)
     if bias is not None:
         result += xp.asarray(bias, dtype=cdt)[None, :, None, None]
     if not direct_out:
         out[...] = result
     return out
+
+
+def read_only(a):
+    """``a`` as a read-only view when it is a writable NumPy array (~1 us); anything else as it is."""
+    if isinstance(a, np.ndarray) and a.flags.writeable:
+        a = a.view()
+        a.flags.writeable = False
+    return a
