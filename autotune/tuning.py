@@ -25,7 +25,8 @@
    shared output is poisoned with NaN before each candidate's checked run (``measure.poison``), so one that
    leaves an element unwritten cannot pass on the previous candidate's answer: it is rejected. Before it, the
    device drops what the previous candidate left cached (``before_candidate``: the GPU's memory pool).
-3. The race (``race/rounds.py``): interleaved rounds, one sample of each candidate per round, each sample
+3. The race (``race/rounds.py``): interleaved rounds, one sample of each candidate per round (one call in the
+   first round, which most candidates leave after; a short call twice back to back later), each sample
    taken as a step pays for a call (``race/clock.py``: the worker pool awake, the call timed, the threads'
    wait for a CPU read around it, ``race/contention.py``). A sample that waited for a CPU is retaken at the
    end of its round (``retakes`` times at most); a spike (over ``spike_ratio`` times the candidate's fastest,
@@ -37,8 +38,9 @@
    decided (outside the tie band ``tie_tolerance``), a tie (inside it), or a close call (neither, after
    ``max_pairs`` pairs or ``shootout_cap`` times the leader's median of extra time).
 5. The choice: the faster of a decided pair, else the race's leader; a tie goes to the deterministic one, then
-   the smaller workspace, the smaller error, the name, so the choice is stable run to run. A choice made on
-   runs that waited for a CPU is marked provisional (``race/provisional.py``) and raced again once the machine
+   the smaller workspace, the smaller error, the name, so the choice is stable run to run. A choice made
+   while another process shared the cores (seen runnable before nearly every sample, or most runs waited for a
+   CPU) is marked provisional (``race/provisional.py``) and raced again once the machine
    is quiet (``race/quiet.py``, ``Tuner``).
 """
 from __future__ import annotations

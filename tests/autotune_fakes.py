@@ -61,6 +61,10 @@ class FakeReader:
     def others(self) -> float:
         return self.clock.others
 
+    def runnable_others(self) -> int:
+        """One task of another process runnable while the fake neighbour runs (before ``busy_until``)."""
+        return int(self.clock.now < self.clock.busy_until)
+
 
 class Fake(Algorithm):
     """Costs ``cost`` seconds of fake time per call (a list: one cost per call, the last repeating).

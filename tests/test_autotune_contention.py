@@ -94,6 +94,20 @@ def test_a_race_where_most_runs_waited_is_provisional_though_its_retakes_came_th
     assert all(t == pytest.approx(1e-3) for t in e.samples["a"])       # only clean runs kept
 
 
+def test_a_neighbour_whose_time_slices_no_run_met_is_seen_runnable_before_the_samples():
+    clock = FakeClock()
+    clock.busy_until = 10.0
+    # a neighbour was runnable throughout, but no run of ours waited (sub-millisecond calls between its slices,
+    # as measured beside one spinning process): seen before every sample, it marks the race, and the choice
+    # is made by blocks of back-to-back calls, as under any neighbour that stays
+    t = watched(clock, fakes(clock, a=(5e-3, {"busy": (5e-3, 0.0)}), b=(7e-3, {"busy": (7e-3, 0.0)})))
+    t.conv2d(*arrays())
+    (e,) = t.dispatch_table()
+    assert e.algo == "a" and not e.retaken and e.waited == {"a": 0.0, "b": 0.0}
+    assert e.provisional.startswith("another process had a task runnable before 100% of its samples")
+    assert e.mean_times
+
+
 def test_a_quiet_race_is_not_provisional_and_never_raced_again():
     clock = FakeClock()
     algos = fakes(clock, a=1e-3, b=1.5e-3)
@@ -192,6 +206,15 @@ def test_the_real_reader_sees_every_thread_of_this_process():
         worker.join()
     assert reader.read().wait_ns >= 0                # the ended thread's file is dropped, not an error
     assert isinstance(reader.others(), float)        # other processes' CPU seconds, from /proc/stat
+
+
+def test_the_real_reader_counts_other_processes_runnable_tasks():
+    reader = contention.reader()
+    reader.refresh()
+    seen = reader.runnable_others()
+    assert seen is None or (isinstance(seen, int) and seen >= 0)
+    if isinstance(reader, contention.ProcReader):
+        assert seen is not None                      # /proc/loadavg and every task's stat are there
 
 
 def test_the_machine_probe_returns_a_share():

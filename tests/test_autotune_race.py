@@ -79,10 +79,19 @@ def test_prune_ratio_skips_what_the_heuristic_measured_far_slower():
 
 def test_a_short_call_is_timed_twice_back_to_back_and_a_long_one_once():
     clock = FakeClock()
-    # a's calls after its warm-up alternate 1 and 2 ms: timed in pairs, each sample is their mean; b's 5 ms calls
-    # (over pair_below) are timed one at a time
-    algos = fakes(clock, a=[1e-3] + [1e-3, 2e-3] * 40, b=5e-3)
+    # a's calls after its warm-up and its first (screening) sample alternate 1 and 2 ms: from the second round on
+    # timed in pairs, each sample is their mean; b's 5 ms calls (over pair_below) are timed one at a time
+    algos = fakes(clock, a=[1e-3, 1e-3] + [1e-3, 2e-3] * 40, b=5e-3)
     entry = tuned(clock, algos, pair_below=4e-3)
-    assert entry.algo == "a" and entry.samples["a"] == pytest.approx([1.5e-3] * entry.runs["a"])
-    # warm-up, the timed runs, and (a's) the user's call itself
-    assert algos["a"].calls == 1 + 2 * entry.runs["a"] + 1 and algos["b"].calls == 1 + entry.runs["b"]
+    assert entry.algo == "a" and entry.samples["a"] == pytest.approx([1e-3] + [1.5e-3] * (entry.runs["a"] - 1))
+    # warm-up, the screening run, the paired runs, and (a's) the user's call itself
+    assert algos["a"].calls == 1 + 1 + 2 * (entry.runs["a"] - 1) + 1 and algos["b"].calls == 1 + entry.runs["b"]
+
+
+def test_the_first_round_times_one_call_so_a_candidate_that_leaves_after_it_costs_two():
+    clock = FakeClock()
+    # every call short (under pair_below); far: 1.8x, its warm-up agreeing: settled after the first round
+    algos = fakes(clock, best=1e-3, near=1.05e-3, far=1.8e-3)
+    entry = tuned(clock, algos, pair_below=4e-3)
+    assert entry.runs["far"] == 1 and algos["far"].calls == 2            # its warm-up and one call
+    assert entry.runs["near"] >= 2 and algos["near"].calls == 1 + 1 + 2 * (entry.runs["near"] - 1)

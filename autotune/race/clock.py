@@ -14,7 +14,8 @@ So a sample is:
 
 1. ``wake()``: a parallel region that does nothing (``wake_pool``), so every worker is running when the call
    starts, as in a step (a few us with the pool awake; the wake-up cost, when it sleeps, lands here);
-2. a reading of the threads' run-queue wait (``contention.py``);
+2. a reading of the threads' run-queue wait (``contention.py``), and, just before the wake-up, how many tasks of
+   other processes are runnable (the neighbours at that instant);
 3. the call, timed by the device's timer (wall clock; on the GPU host and GPU time apart); a short call twice,
    back to back, timed together (``rounds.py``: ``pair_below``): in a step a call follows work on the same
    pools, and a call right after the tuner's own Python does not show what the previous call leaves running
@@ -51,12 +52,14 @@ def wake_pool() -> None:
 class Sample(NamedTuple):
     """One timed call: ``seconds`` its cost (wall time; on the GPU the larger of host and GPU time, or the GPU
     time in graph mode, ``rounds.py``), ``usage`` what the threads waited meanwhile, ``host`` and ``gpu`` the
-    two times where the timer measures them apart (else None)."""
+    two times where the timer measures them apart (else None), ``neighbours`` other processes' runnable tasks
+    just before it (``contention.ProcReader.runnable_others``; None where unknown)."""
 
     seconds: float
     usage: Usage = NO_USAGE
     host: float | None = None
     gpu: float | None = None
+    neighbours: int | None = None
 
     def wait_share(self) -> float:
         """Seconds the threads waited for a CPU per second of the call: how much of it was contention."""
@@ -75,6 +78,7 @@ class Sampler:
     def take(self, fn, calls: int = 1) -> Sample:
         """One sample: ``calls`` back-to-back calls timed together, their seconds and waiting per call (the GPU's
         timer times one)."""
+        neighbours = self.reader.runnable_others()
         self.wake()
         before = self.reader.read()
         if self.split:
@@ -84,7 +88,7 @@ class Sampler:
             host = gpu = None
             seconds = self.timer.time(fn if calls == 1 else lambda: [fn() for _ in range(calls)]) / calls
         usage = self.reader.read() - before
-        return Sample(seconds, usage._replace(waited=usage.waited / calls), host, gpu)
+        return Sample(seconds, usage._replace(waited=usage.waited / calls), host, gpu, neighbours)
 
 
     def take_block(self, fn, calls: int) -> Sample:

@@ -11,6 +11,9 @@ neighbour slows every run evenly, so no run looks like a spike. Linux counts the
   The CPU time moves only at scheduler events and ticks (4 ms on these VMs): it is not used to judge a run.
 - ``getrusage(RUSAGE_SELF).ru_nivcsw``: involuntary context switches of all the process's threads, counted
   when a thread is preempted.
+- ``/proc/loadavg``'s fourth field: the tasks runnable on the whole machine at this instant, less this
+  process's tasks in state R (``/proc/self/task/<tid>/stat``): whether a neighbour is there at all, which a
+  sub-millisecond run can miss (it may fall between the neighbour's time slices: no wait to read).
 
 What is read: every task of the process (the Python thread, Numba's OpenMP workers, the BLAS threads, torch's
 threads), through files kept open and re-read with ``pread`` (about 1 us a thread, against ~9 us to open and
@@ -81,17 +84,38 @@ class ProcReader:
     sees_wait = True
 
     def __init__(self):
-        self._files = {}
+        self._files, self._states = {}, {}
+        self._loadavg = os.open("/proc/loadavg", os.O_RDONLY) if os.path.exists("/proc/loadavg") else None
 
     def refresh(self) -> None:
-        """Open the schedstat of tasks started since the last refresh (threads come and go: a pool's workers
-        start at its first use)."""
+        """Open the schedstat and stat of tasks started since the last refresh (threads come and go: a pool's
+        workers start at its first use)."""
         for tid in os.listdir(TASKS):
             if tid not in self._files:
                 try:
                     self._files[tid] = os.open(f"{TASKS}/{tid}/schedstat", os.O_RDONLY)
+                    self._states[tid] = os.open(f"{TASKS}/{tid}/stat", os.O_RDONLY)
                 except OSError:
                     continue
+
+    def runnable_others(self) -> int | None:
+        """How many tasks of other processes are runnable now (running or queued for a CPU): the machine's
+        count (``/proc/loadavg``'s fourth field, before the slash) less this process's tasks in state R. One
+        reading is an instant; a race takes one per sample (~20 us). None where unknown."""
+        if self._loadavg is None:
+            return None
+        try:
+            own = 0
+            for tid, fd in list(self._states.items()):
+                try:
+                    own += os.pread(fd, 512, 0).rsplit(b")", 1)[1].split()[0] == b"R"
+                except OSError:                  # the thread ended
+                    os.close(fd)
+                    del self._states[tid]
+            running = int(os.pread(self._loadavg, 128, 0).split()[3].split(b"/")[0])
+        except (OSError, ValueError, IndexError):
+            return None
+        return max(0, running - own)
 
     def read(self) -> Reading:
         wait = cpu = 0
@@ -134,6 +158,9 @@ class RusageReader:
     def others(self) -> None:
         """Unknown here (``quiet.py`` then judges by this process's own involuntary switches: none)."""
 
+    def runnable_others(self) -> None:
+        """Unknown here."""
+
 
 class NullReader:
     """No counters (Windows): every run reads as unwaited; the race judges runs by their times alone."""
@@ -148,6 +175,9 @@ class NullReader:
         return Reading(0, 0, time.perf_counter(), time.process_time_ns())
 
     def others(self) -> None:
+        """Unknown here."""
+
+    def runnable_others(self) -> None:
         """Unknown here."""
 
 
