@@ -19,6 +19,12 @@ def regrets(run: dict, phase: str, against: str) -> list:
     return [judged[e["algo"]] / min(judged.values()) - 1 for e, judged in zip(run[phase], run[against])]
 
 
+def judge_against_itself(run: dict) -> list:
+    """Each layer's regret of the first quiet judge's fastest, timed by the second: the noise floor."""
+    return [two[min(one, key=one.get)] / min(two.values()) - 1
+            for one, two in zip(run["judge_quiet_1"], run["judge_quiet_2"])]
+
+
 def costs(run: dict, phase: str) -> list:
     """Each layer's tuning seconds (JIT excluded) over the quiet judge's median of the algorithm it chose."""
     return [(e["seconds"] - e["jit"]) / judged[e["algo"]] for e, judged in zip(run[phase], run["judge_quiet"])]
@@ -38,8 +44,10 @@ def render(runs: dict, load: float, args) -> str:
              + "; ".join(f"{o} first: " + ", ".join(f"{k} {v:.3f}" for k, v in runs[o]["quiet"].items())
                          for o in orders) + ".", "",
              "Regret: the judge's time of the choice over the judge's best, less one (0% = the fastest "
-             "was kept); the judge times blocks of back-to-back calls, as a step pays for them (`bench/regret_layers.py`). Tuning cost: the tuning's seconds (JIT excluded) over the quiet judge's time of the "
-             "chosen algorithm.", "",
+             "was kept); the judge times blocks of back-to-back calls, as a step pays for them "
+             "(`bench/regret_layers.py`); the quiet judge is the mean of two passes a minute or two apart (after "
+             "the warm tunings, and last). Tuning cost: the tuning's seconds (JIT excluded) over the quiet judge's "
+             "time of the chosen algorithm.", "",
              "| measure | " + " | ".join(f"{o} first" for o in orders) + " | target |",
              "|---|" + "---|" * len(orders) + "---|"]
     targets = {"first": "<= 5% worst", "steady": "<= 10% worst", "after": "<= 5% worst", "bursty": "<= 10% worst"}
@@ -49,6 +57,9 @@ def render(runs: dict, load: float, args) -> str:
             target = "(none)"
         cells = [f"{_pct(regrets(runs[o], phase, against))} (median / worst)" for o in orders]
         lines.append(f"| {row} | " + " | ".join(cells) + f" | {target} |")
+    floor = [f"{_pct(judge_against_itself(runs[o]))} (median / worst)" for o in orders]
+    lines.append("| the quiet judge against itself: its first pass's fastest, timed by its second | "
+                 + " | ".join(floor) + " | (noise floor) |")
     marked = [f"{sum(e['provisional'] for e in runs[o]['steady'])} of {len(runs[o]['steady'])}" for o in orders]
     lines.append("| steady neighbour: choices marked provisional | " + " | ".join(marked) + " | all |")
     reraced = [f"{sum(e['reraced'] > 0 for e in runs[o]['after'])} re-raced, "
@@ -60,10 +71,11 @@ def render(runs: dict, load: float, args) -> str:
                      + f" | {target} |")
     for o in orders:
         lines += ["", f"## {o} first", "", "| layer | pass | first | warm | steady (regret under it / quiet) | "
-                  "after | bursty | quiet judge's best | cost warm / first |", "|---|---|---|---|---|---|---|---|---|"]
+                  "after | bursty | quiet judge's best | judge against itself | cost warm / first |",
+                  "|---|---|---|---|---|---|---|---|---|---|"]
         run = runs[o]
         r = {phase + against: regrets(run, phase, against) for _, phase, against in ROWS}
-        cw, cf = costs(run, "warm"), costs(run, "first")
+        cw, cf, floor = costs(run, "warm"), costs(run, "first"), judge_against_itself(run)
         for i, name in enumerate(run["layers"]):
             best = min(run["judge_quiet"][i], key=run["judge_quiet"][i].get)
 
@@ -77,7 +89,7 @@ def render(runs: dict, load: float, args) -> str:
                          f"{r['steadyjudge_steady'][i]:+.0%} / {r['steadyjudge_quiet'][i]:+.0%} | "
                          f"{after['algo']} {r['afterjudge_quiet'][i]:+.0%}{' (re-raced)' if after['reraced'] else ''} "
                          f"| {cell('bursty')} | {best} {run['judge_quiet'][i][best] * 1e3:.3f} ms | "
-                         f"{cw[i]:.0f}x / {cf[i]:.0f}x |")
+                         f"{floor[i]:+.0%} | {cw[i]:.0f}x / {cf[i]:.0f}x |")
         lines.append("")
-        lines.append("P: marked provisional (chosen on runs that waited for a CPU).")
+        lines.append("P: marked provisional (chosen while another process shared the cores).")
     return "\n".join(lines) + "\n"

@@ -77,14 +77,15 @@ def test_prune_ratio_skips_what_the_heuristic_measured_far_slower():
     assert tuned(clock, algos, heuristics=rules, prune_ratio=None).algo == "c"
 
 
-def test_a_short_call_is_timed_twice_back_to_back_and_a_long_one_once():
+def test_a_short_call_is_timed_right_after_an_untimed_one_of_its_own_and_a_long_one_alone():
     clock = FakeClock()
     # a's calls after its warm-up and its first (screening) sample alternate 1 and 2 ms: from the second round on
-    # timed in pairs, each sample is their mean; b's 5 ms calls (over pair_below) are timed one at a time
+    # each sample is an untimed call (1 ms) then the timed one (2 ms); b's 5 ms calls (over pair_below) are timed
+    # alone
     algos = fakes(clock, a=[1e-3, 1e-3] + [1e-3, 2e-3] * 40, b=5e-3)
     entry = tuned(clock, algos, pair_below=4e-3)
-    assert entry.algo == "a" and entry.samples["a"] == pytest.approx([1e-3] + [1.5e-3] * (entry.runs["a"] - 1))
-    # warm-up, the screening run, the paired runs, and (a's) the user's call itself
+    assert entry.algo == "a" and entry.samples["a"] == pytest.approx([1e-3] + [2e-3] * (entry.runs["a"] - 1))
+    # warm-up, the screening run, the pairs, and (a's) the user's call itself
     assert algos["a"].calls == 1 + 1 + 2 * (entry.runs["a"] - 1) + 1 and algos["b"].calls == 1 + entry.runs["b"]
 
 

@@ -4,7 +4,7 @@ import argparse
 import time
 
 from bench.neighbours import neighbour
-from bench.regret_report import costs, regrets, render
+from bench.regret_report import costs, judge_against_itself, regrets, render
 
 
 def synthetic_run():
@@ -17,7 +17,9 @@ def synthetic_run():
             "first": chose("a", "a"), "warm": chose("a", "b"), "steady": chose("b", "b", provisional=True),
             "after": [{"algo": "a", "reraced": 1, "provisional": False}, {"algo": "b", "reraced": 0,
                                                                           "provisional": True}],
-            "bursty": chose("b", "b"), "judge_quiet": quiet, "judge_steady": under}
+            "bursty": chose("b", "b"), "judge_quiet": quiet, "judge_steady": under,
+            "judge_quiet_1": [{"a": 1.0e-3, "b": 1.2e-3}, {"a": 2.0e-3, "b": 1.0e-3}],
+            "judge_quiet_2": quiet}
 
 
 def test_the_record_computes_regret_and_cost_from_the_judges_times():
@@ -32,6 +34,14 @@ def test_the_record_computes_regret_and_cost_from_the_judges_times():
     assert "1 re-raced, 1 still provisional" in text and "a +100%" in text
 
 
+def test_the_judge_judges_itself_for_the_noise_floor():
+    run = synthetic_run()
+    run["judge_quiet_1"][1] = {"a": 0.9e-3, "b": 1.0e-3}          # its first pass found "a" fastest on layer two
+    assert judge_against_itself(run) == [0.0, 1.0]                 # the second pass times "a" at 2.0 ms against 1.0
+    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, after=1.0))
+    assert "| the quiet judge against itself: its first pass's fastest, timed by its second | 50% / 100%" in text
+
+
 def test_a_neighbour_ends_with_its_block():
     with neighbour("steady") as processes:
         assert all(p.poll() is None for p in processes)
@@ -40,3 +50,17 @@ def test_a_neighbour_ends_with_its_block():
     with neighbour("bursty", limit=5) as processes:
         assert len(processes) >= 1
     assert all(p.poll() is not None for p in processes) and time.monotonic() - start < 5
+
+
+def test_speed_states_records_each_moment_and_the_ratios_range_from_them(tmp_path):
+    import re
+
+    from bench import speed_states
+    out = tmp_path / "states.md"
+    speed_states.main(["--seconds", "0.3", "--every", "0.05", "--out", str(out)])
+    text = out.read_text()
+    rows = [line.split("|") for line in text.splitlines() if re.match(r"\| \d\d:\d\d:\d\d \|", line)]
+    ratios = [float(r[4]) for r in rows]
+    assert rows and all(abs(float(r[2]) / float(r[3]) - float(r[4])) < 0.02 for r in rows)
+    low, high = re.search(r"from (\d+\.\d+) to (\d+\.\d+)", text).groups()
+    assert abs(float(low) - min(ratios)) < 0.011 and abs(float(high) - max(ratios)) < 0.011

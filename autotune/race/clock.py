@@ -13,19 +13,22 @@ fastest, and a first tuning chose ``implicit_gemm`` over ``depthwise`` at 62% re
 So a sample is:
 
 1. ``wake()``: a parallel region that does nothing (``wake_pool``), so every worker is running when the call
-   starts, as in a step (a few us with the pool awake; the wake-up cost, when it sleeps, lands here);
-2. a reading of the threads' run-queue wait (``contention.py``), and, just before the wake-up, how many tasks of
-   other processes are runnable (the neighbours at that instant);
-3. the call, timed by the device's timer (wall clock; on the GPU host and GPU time apart); a short call twice,
-   back to back, timed together (``rounds.py``: ``pair_below``): in a step a call follows work on the same
-   pools, and a call right after the tuner's own Python does not show what the previous call leaves running
-   (measured quiet here: im2col on the 1x1 stride-2 layer took 0.157 ms a call interleaved with other
-   candidates, 0.24 ms back to back, where its BLAS threads still spin as Numba's next region starts, and
-   the race chose it at 1.8x direct's cost in a step);
-4. a reading again: ``Sample.usage`` is what the threads waited for a CPU during the call.
+   starts, as in a step (a few us with the pool awake; the wake-up cost, when it sleeps, lands here), and,
+   just before it, how many tasks of other processes are runnable (the neighbours at that instant);
+2. for a short call (``rounds.py``: under ``pair_below``, from the race's second round on), the call once,
+   untimed: in a step a call follows work on the same pools and caches, and a call right after the tuner's
+   own Python, or after another candidate's, does not show what the call itself leaves behind (measured
+   quiet here: im2col on the 1x1 stride-2 layer took 0.157 ms a call interleaved with other candidates,
+   0.24 ms back to back, where its BLAS threads still spin as Numba's next region starts, and the race chose
+   it at 1.8x direct's cost in a step; ``direct`` on the 11x11 stride-4 layer 0.32 ms alone, 0.43 back to
+   back);
+3. a reading of the threads' run-queue wait (``contention.py``);
+4. the call, timed by the device's timer (wall clock; on the GPU host and GPU time apart);
+5. a reading again: ``Sample.usage`` is what the threads waited for a CPU during the call.
 
-``bench.regret`` judges the tuner's choices by the same rule (``Sampler``), so the judge and the race agree on
-what "fastest" means.
+``bench.regret`` judges the tuner's choices by the same rule (``bench/regret_layers.judge``: the pool woken,
+one call untimed, then the timed calls, a block of them), so the judge and the race agree on what "fastest"
+means: a short sample is that block with one timed call.
 """
 from __future__ import annotations
 
@@ -75,20 +78,20 @@ class Sampler:
         self.timer, self.reader, self.wake, self.graph_mode = timer, reader, wake, graph_mode
         self.split = hasattr(timer, "time_both")
 
-    def take(self, fn, calls: int = 1) -> Sample:
-        """One sample: ``calls`` back-to-back calls timed together, their seconds and waiting per call (the GPU's
-        timer times one)."""
+    def take(self, fn, lead: int = 0) -> Sample:
+        """One sample: ``lead`` untimed calls, then one timed call (the module docstring's steps)."""
         neighbours = self.reader.runnable_others()
         self.wake()
+        for _ in range(lead):
+            fn()
         before = self.reader.read()
         if self.split:
             host, gpu = self.timer.time_both(fn)
             seconds = gpu if self.graph_mode else max(host, gpu)
         else:
             host = gpu = None
-            seconds = self.timer.time(fn if calls == 1 else lambda: [fn() for _ in range(calls)]) / calls
-        usage = self.reader.read() - before
-        return Sample(seconds, usage._replace(waited=usage.waited / calls), host, gpu, neighbours)
+            seconds = self.timer.time(fn)
+        return Sample(seconds, self.reader.read() - before, host, gpu, neighbours)
 
 
     def take_block(self, fn, calls: int) -> Sample:

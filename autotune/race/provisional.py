@@ -11,13 +11,13 @@ under the conditions measured, marks it provisional, and races the key again onc
 (``quiet.py``, ``Tuner``): the mark is in the table and in ``save``d files, and a loaded provisional entry is
 treated the same.
 
-The rule: the choice is provisional when the race was contended (``Race.contended``): another process had a
-task runnable before at least ``neighbour_share`` of its samples, or every candidate timed more than once had over
-``contended_share`` of its runs (retaken ones included) wait for a CPU more than ``wait_share`` of their time.
-A neighbour was there most of the time, and even a sub-millisecond run that came through clean between two of its time slices
-is what the call costs in a quiet moment, not in a contended second. One candidate's waits alone are its own
-(a BLAS pool beside Numba's: three threads on two cores, quiet machine or not) and mark nothing; a few waits
-the retakes got past mark nothing either. Where the platform cannot see waiting (``contention.RusageReader``,
+The rule: the choice is provisional when another process shared the cores (``Race.shared``): it had a task
+runnable before at least ``neighbour_share`` of the race's samples, or every candidate timed more than once had
+over ``contended_share`` of its runs (retaken ones included) wait for a CPU more than ``wait_share`` of their
+time. A neighbour was there most of the time, and even a sub-millisecond run that came through clean between
+two of its time slices is what the call costs in a quiet moment, not in a contended second. One candidate's
+waits alone are its own (a BLAS pool beside Numba's: three threads on two cores, quiet machine or not) and mark
+nothing. Where the platform cannot see waiting (``contention.RusageReader``,
 ``NullReader``), spikes stand in: at least ``contention_ratio`` of the timed runs were spikes.
 """
 from __future__ import annotations
@@ -26,14 +26,14 @@ from __future__ import annotations
 def provisional(race, sees_wait: bool, contention_ratio: float) -> str:
     """Why the race's choice is provisional ("" when it is not)."""
     if sees_wait:
-        if not race.contended():
+        if not race.shared():
             return ""
         shares = ", ".join(f"{n} {race.waited_share(n):.0%} of its runs, {race.wait_share(n):.0%} of its time"
                            for n in race.rounds)
         seen = race.neighbour_share_seen()
         if seen is not None and seen >= race.s.neighbour_share:
             return (f"another process had a task runnable before {seen:.0%} of its samples (at least "
-                    f"{race.s.neighbour_share:.0%} makes it contended); runs that waited for a CPU: {shares}")
+                    f"{race.s.neighbour_share:.0%} marks it); runs that waited for a CPU: {shares}")
         return (f"every candidate's runs waited for a CPU (over {race.s.contended_share:.0%} of them; {shares}): "
                 f"another process shared the cores")
     runs = {n: len(r) for n, r in race.rounds.items()}

@@ -4,9 +4,10 @@ top two on paired ratios.
 
 A round takes one sample of each candidate still racing, the first round in ranked order, each later one in a
 fresh (seeded) order (``measure.rotate`` says why). The first round screens: one call per sample, where later
-rounds time a short call twice back to back (``clock.py``, ``pair_below``: what the pairing corrects, up to
-~1.5x for a call whose BLAS threads still spin as the next starts, is within the margins below), so the many
-candidates that leave after it (most are 1.5-6x the best: settled or abandoned) cost their warm-up and one call. A sample whose threads waited for a CPU more than
+rounds time a short call right after an untimed one of its own (``clock.py``, ``pair_below``: what that
+corrects, up to ~1.5x for a call whose BLAS threads still spin as the next starts, is within the margins
+below), so the many candidates that leave after it (most are 1.5-6x the best: settled or abandoned) cost
+their warm-up and one call. A sample whose threads waited for a CPU more than
 ``wait_share`` of its time (another process had the core) is not evidence of the algorithm's speed: it is set
 aside and retaken at the end of the round, at most ``retakes`` times, so a neighbour that comes and goes in
 bursts of tens of milliseconds is waited out. A neighbour that stays makes every retake wait too: the last
@@ -104,14 +105,19 @@ class Race:
         return sum(map(self.waited, taken)) / len(taken) if taken else 0.0
 
     def contended(self) -> bool:
-        """Whether a neighbour was there most of the time, seen either way:
+        """Whether every candidate timed more than once had over ``contended_share`` of its runs wait for a CPU:
+        the retakes could not clean the race, and the judge chooses by blocks of calls (``judge.py``). One
+        candidate's waits alone are its own threads' (a BLAS pool beside Numba's on two cores: measured quiet
+        here, im2col's and the non-fused Winograds' runs wait 19-56% of their time, Numba-only ones 0%), which a
+        step pays too: they mark nothing."""
+        taken = {n: len(r) + len(self.retaken[n]) for n, r in self.rounds.items()}
+        judged = [n for n in taken if taken[n] >= 2] or [n for n in taken if taken[n]]
+        return bool(judged) and min(self.waited_share(n) for n in judged) > self.s.contended_share
 
-        - another process had a task runnable just before at least ``neighbour_share`` of the samples taken
-          (``neighbour_share_seen``): the direct reading;
-        - every candidate timed more than once had over ``contended_share`` of its runs wait for a CPU. One
-          candidate's waits alone are its own threads' (a BLAS pool beside Numba's on two cores: measured quiet
-          here, im2col's and the non-fused Winograds' runs wait 19-56% of their time, Numba-only ones 0%),
-          which a step pays too: they mark nothing.
+    def shared(self) -> bool:
+        """Whether another process shared the cores while the race ran: another process had a task runnable
+        before at least ``neighbour_share`` of the samples (``neighbour_share_seen``), or ``contended``. The
+        choice is then provisional (``provisional.py``), whether or not retakes found clean runs to choose on.
 
         The waits alone missed most: beside one process spinning on a core, sub-millisecond Numba calls (two
         threads) often ran between its time slices unwaited, and 8 of 12 races marked nothing. Measured here
@@ -119,11 +125,7 @@ class Race:
         of the samples of every race beside that neighbour, before 0-57% on the quiet machine (short-lived
         system tasks, and this process's own workers caught between two states by the two reads)."""
         seen = self.neighbour_share_seen()
-        if seen is not None and seen >= self.s.neighbour_share:
-            return True
-        taken = {n: len(r) + len(self.retaken[n]) for n, r in self.rounds.items()}
-        judged = [n for n in taken if taken[n] >= 2] or [n for n in taken if taken[n]]
-        return bool(judged) and min(self.waited_share(n) for n in judged) > self.s.contended_share
+        return (seen is not None and seen >= self.s.neighbour_share) or self.contended()
 
     def neighbour_share_seen(self) -> float | None:
         """The share of every sample taken (retaken ones included) just before which another process had a task
@@ -271,20 +273,21 @@ class Race:
                                                                   if s is not None and not self.waited(s)]
         return not clean or sample.seconds - sample.usage.waited <= self.s.settle_ratio * min(clean)
 
-    def _calls(self, name: str) -> int:
-        """Calls per sample: two back to back for a short call, from the second round on (the first screens)."""
-        return 2 if self.done and self.warmup[name] < self.s.pair_below else 1
+    def _lead(self, name: str) -> int:
+        """Untimed calls before the timed one: one for a short call, from the second round on (the first
+        screens)."""
+        return 1 if self.done and self.warmup[name] < self.s.pair_below else 0
 
     def _take(self, name: str):
-        calls = self._calls(name)
+        lead = self._lead(name)
         try:
-            sample = self.sampler.take(self.calls[name], calls)
+            sample = self.sampler.take(self.calls[name], lead)
         except Exception as e:  # noqa: BLE001 - a candidate failing mid-race is dropped, with its error
             self.failed[name] = f"failed while timed: {type(e).__name__}: {e}"
             self.device.release(self.registry[name])
             del self.rounds[name], self.retaken[name]
             return None
-        self.spent += sample.seconds * calls
+        self.spent += sample.seconds * (1 + lead)          # the untimed call costs about as much
         return sample
 
     def over_budget(self) -> bool:
