@@ -19,8 +19,8 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
    the two passes. The two passes also judge each other (the first's fastest timed by the second): the noise
    floor of any regret here. This machine (a 2-core VM) changes speed every few seconds, quiet as it is,
    and slows algorithms unequally (``bench.speed_states``, ``cpu-speed-states.md``: on the 1x1 stride-2
-   layer, ``direct`` over ``direct_channels`` from 0.79 to 1.28 over 45 s, each 1.9-2.3x its fastest at its
-   slowest), so a choice right in one moment can read as a regret in the next.
+   layer, ``direct`` over ``direct_channels`` between 0.81-0.84 and 1.18-1.42 within 45 s in each import
+   order, each 1.65-2.36x its fastest at its slowest), so a choice right in one moment can read as a regret in the next.
 
 The tuning cost is a tuning's seconds over the quiet judge's time of the algorithm it chose (JIT excluded).
 Before each phase the machine's contention is probed from outside (``machine_wait_share``), so the record

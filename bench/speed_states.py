@@ -1,11 +1,12 @@
 """Does the machine keep one speed? Two algorithms of one layer, timed over and over for a minute.
 
     python -m bench.speed_states                 # the 1x1 stride-2 layer, direct against direct_channels
-    python -m bench.speed_states --layer 9 --algorithms direct,direct_channels --seconds 30
+    python -m bench.speed_states --layer 9 --algorithms direct,direct_channels --seconds 30 --orders convalgos
 
 The regret bench (``bench.regret``) judges each choice against a race of every algorithm taken later. That
 is fair only if the machine runs each algorithm at one speed from one moment to the next, or slows them all
-alike. This bench asks: in one process, on a quiet machine (no other process: probed before and after), every
+alike. This bench asks: in one fresh process per import order (``bench.orders``: numpy, torch or convalgos
+first), one after the other, on a quiet machine (no other process: probed before and after), every
 ``--every`` seconds it times both algorithms by the judge's rule (``regret_layers.judge``'s blocks: the pool
 woken, one call untimed, a block of back-to-back calls; the median of three blocks each) and a STREAM triad
 (the memory bandwidth, best of three), and writes each moment's times and their ratio. Where the ratio moves
@@ -15,22 +16,19 @@ the floor under any regret measured across moments (``bench.regret``'s "judge ag
 from __future__ import annotations
 
 import argparse
+import json
 import time
+from pathlib import Path
 
 import numpy as np
 
+from bench import orders
 from bench.common import RESULTS, header, write_record
 
 
-def main(argv=None) -> None:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--layer", type=int, default=4, help="index into bench.regret_layers.LAYERS (default 4: 1x1 s2)")
-    ap.add_argument("--algorithms", default="direct,direct_channels", help="two algorithm names, comma-separated")
-    ap.add_argument("--seconds", type=float, default=45.0, help="how long to keep timing (default 45)")
-    ap.add_argument("--every", type=float, default=1.5, help="seconds between moments (default 1.5)")
-    ap.add_argument("--out", default=str(RESULTS / "cpu-speed-states.md"))
-    args = ap.parse_args(argv)
-
+def child(args) -> dict:
+    """Time the two algorithms every ``args.every`` seconds for ``args.seconds``: the moments' times (ms) and
+    triad bandwidths, with the machine probed before and after."""
     import convalgos
     from autotune.measure import median
     from autotune.race.clock import wake_pool
@@ -64,28 +62,59 @@ def main(argv=None) -> None:
     before = machine_wait_share(0.3)
     rows, end = [], time.perf_counter() + args.seconds
     while time.perf_counter() < end:
-        times = {n: median([block(n) for _ in range(3)]) for n in names}
-        rows.append((time.strftime("%H:%M:%S"), times, max(triad_gbs() for _ in range(3))))
+        times = {n: median([block(n) for _ in range(3)]) * 1e3 for n in names}
+        rows.append({"when": time.strftime("%H:%M:%S"), "ms": times, "triad": max(triad_gbs() for _ in range(3))})
         time.sleep(args.every)
-    after = machine_wait_share(0.3)
+    return {"layer": f"{layer.name} ({layer.op})", "rows": rows, "before": before,
+            "after": machine_wait_share(0.3)}
 
-    ratios = [t[names[0]] / t[names[1]] for _, t, _ in rows]
-    fast = {n: min(t[n] for _, t, _ in rows) for n in names}
-    lines = [header(f"Speed states: {names[0]} and {names[1]} on one layer, timed every {args.every} s"), "",
+
+def section(order: str, run: dict, names: list) -> list:
+    """One order's lines: the ratio's range and who was faster how often, computed from its rows, then the rows."""
+    from autotune.measure import median
+    first, second = names
+    rows = run["rows"]
+    ratios = [r["ms"][first] / r["ms"][second] for r in rows]
+    fast = {n: min(r["ms"][n] for r in rows) for n in names}
+    slow = {n: max(r["ms"][n] for r in rows) for n in names}
+    return ["", f"## {order} first", "",
+            f"{len(rows)} moments; the machine probed from outside (share of spinning probes' time spent waiting for a "
+            f"CPU; ~0 is quiet): {run['before']:.3f} before, {run['after']:.3f} after. Ratio {first} / {second}: from "
+            f"{min(ratios):.2f} to {max(ratios):.2f} (median {median(ratios):.2f}); a ratio over 1 means {second} is "
+            f"the faster at that moment. Slowest moment over fastest: {first} {slow[first] / fast[first]:.2f}x, "
+            f"{second} {slow[second] / fast[second]:.2f}x. Moments with {first} the faster by over 3%: "
+            f"{sum(r < 1 / 1.03 for r in ratios)}; with {second} the faster by over 3%: "
+            f"{sum(r > 1.03 for r in ratios)}; within 3%: {sum(1 / 1.03 <= r <= 1.03 for r in ratios)}.", "",
+            f"| time (UTC) | {first} ms | {second} ms | ratio | triad GB/s |", "|---|---|---|---|---|"] + [
+            f"| {r['when']} | {r['ms'][first]:.3f} | {r['ms'][second]:.3f} | {r['ms'][first] / r['ms'][second]:.2f} "
+            f"| {r['triad']:.1f} |" for r in rows]
+
+
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--layer", type=int, default=4, help="index into bench.regret_layers.LAYERS (default 4: 1x1 s2)")
+    ap.add_argument("--algorithms", default="direct,direct_channels", help="two algorithm names, comma-separated")
+    ap.add_argument("--seconds", type=float, default=45.0, help="how long to keep timing, per order (default 45)")
+    ap.add_argument("--every", type=float, default=1.5, help="seconds between moments (default 1.5)")
+    ap.add_argument("--out", default=str(RESULTS / "cpu-speed-states.md"))
+    orders.add_arguments(ap, rounds=None)
+    args = ap.parse_args(argv)
+    if args.child:
+        print(json.dumps(child(args)))
+        return
+    orders.resolve(args, rounds=1)
+    names = args.algorithms.split(",")
+    argv = ["--child", "--layer", str(args.layer), "--algorithms", args.algorithms, "--seconds", str(args.seconds),
+            "--every", str(args.every)]
+    runs = {order: orders.run_child(order, "bench.speed_states", argv, args.keep_env) for order in args.orders}
+    lines = [header(f"Speed states: {names[0]} and {names[1]} on one layer, timed every {args.every:g} s"), "",
              f"`python -m bench.speed_states --layer {args.layer} --algorithms {args.algorithms} --seconds "
-             f"{args.seconds:g}`: layer \"{layer.name}\" ({layer.op}), one process, {len(rows)} moments. The "
-             f"machine's contention, probed from outside (share of spinning probes' time spent waiting for a CPU; ~0 "
-             f"is quiet): {before:.3f} before, {after:.3f} after.", "",
-             f"Ratio {names[0]} / {names[1]}: from {min(ratios):.2f} to {max(ratios):.2f} (median "
-             f"{median(ratios):.2f}); a ratio over 1 means {names[1]} is the faster at that moment. Slowest moment "
-             f"over fastest: {names[0]} {max(t[names[0]] for _, t, _ in rows) / fast[names[0]]:.2f}x, {names[1]} "
-             f"{max(t[names[1]] for _, t, _ in rows) / fast[names[1]]:.2f}x. Moments with {names[0]} the faster by "
-             f"over 3%: {sum(r < 1 / 1.03 for r in ratios)}; with {names[1]} the faster by over 3%: "
-             f"{sum(r > 1.03 for r in ratios)}; within 3%: {sum(1 / 1.03 <= r <= 1.03 for r in ratios)}.", "",
-             f"| time (UTC) | {names[0]} ms | {names[1]} ms | ratio | triad GB/s |", "|---|---|---|---|---|"]
-    lines += [f"| {when} | {t[names[0]] * 1e3:.3f} | {t[names[1]] * 1e3:.3f} | {t[names[0]] / t[names[1]]:.2f} | "
-              f"{gbs:.1f} |" for when, t, gbs in rows]
-    write_record(__import__("pathlib").Path(args.out), "\n".join(lines) + "\n")
+             f"{args.seconds:g}`: layer \"{next(iter(runs.values()))['layer']}\", one fresh process per import "
+             f"order, one after the other; each moment times both by the judge's rule (the median of three blocks "
+             f"of 30 back-to-back calls, the pool woken and one call untimed before each)."]
+    for order, run in runs.items():
+        lines += section(order, run, names)
+    write_record(Path(args.out), "\n".join(lines) + "\n")
 
 
 if __name__ == "__main__":

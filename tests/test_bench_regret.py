@@ -57,8 +57,9 @@ def test_speed_states_records_each_moment_and_the_ratios_range_from_them(tmp_pat
 
     from bench import speed_states
     out = tmp_path / "states.md"
-    speed_states.main(["--seconds", "0.3", "--every", "0.05", "--out", str(out)])
+    speed_states.main(["--seconds", "0.3", "--every", "0.05", "--orders", "convalgos", "--out", str(out)])
     text = out.read_text()
+    assert "## convalgos first" in text
     rows = [line.split("|") for line in text.splitlines() if re.match(r"\| \d\d:\d\d:\d\d \|", line)]
     ratios = [float(r[4]) for r in rows]
     assert rows and all(abs(float(r[2]) / float(r[3]) - float(r[4])) < 0.02 for r in rows)
