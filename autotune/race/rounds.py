@@ -63,7 +63,6 @@ class Race:
         self.block_costs = {}                            # name -> cost per call in blocks (``blocks``)
         self._order = random.Random(0)
 
-
     # ---- what has been measured -----------------------------------------------------------------------
     @property
     def samples(self) -> dict:
@@ -219,11 +218,7 @@ class Race:
         while active:
             self.round(active)
             active = self._still_active(active)
-        self._settle_leader()
-
-    def _settle_leader(self) -> None:
-        """A leader that stopped early, behind one that later slowed down, gets its ``min_runs`` clean runs."""
-        for _ in range(3):
+        for _ in range(3):      # a leader that stopped early, behind one that later slowed, gets min_runs clean runs
             if not self.rounds:
                 return
             order = sorted(self.rounds, key=self.typical)
