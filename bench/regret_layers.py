@@ -60,6 +60,17 @@ class Layer:
         return tuner.conv2d_weight(self.x, self.w.shape, self.dy, **self.kw)
 
 
+def block(call, size: int) -> float:
+    """Seconds per call of ``call`` as a step pays for it: the pool woken, one call untimed, then ``size`` back to
+    back, timed together."""
+    wake_pool()
+    call()
+    start = time.perf_counter()
+    for _ in range(size):
+        call()
+    return (time.perf_counter() - start) / size
+
+
 def judge(layer: Layer, rounds: int, block_seconds: float = 0.01) -> dict:
     """name -> seconds per call of every algorithm supporting the layer's pass, as a step pays for it: blocks of
     back-to-back calls (about ``block_seconds`` each, the first call of a block untimed, the pool woken
@@ -77,21 +88,12 @@ def judge(layer: Layer, rounds: int, block_seconds: float = 0.01) -> dict:
         call()
         once[name] = time.perf_counter() - start
     size = {name: max(1, round(block_seconds / t)) for name, t in once.items()}
-
-    def block(name):
-        wake_pool()
-        calls[name]()
-        start = time.perf_counter()
-        for _ in range(size[name]):
-            calls[name]()
-        return (time.perf_counter() - start) / size[name]
-
-    samples = {name: [block(name)] for name in calls}
+    samples = {name: [block(call, size[name])] for name, call in calls.items()}
     best = min(s[0] for s in samples.values())
     racing = [name for name, s in samples.items() if s[0] <= SLOW * best]
     order = random.Random(0)
     for _ in range(rounds - 1):
         order.shuffle(racing)
         for name in racing:
-            samples[name].append(block(name))
+            samples[name].append(block(calls[name], size[name]))
     return {name: median(s) for name, s in samples.items()}

@@ -31,23 +31,14 @@ def child(args) -> dict:
     triad bandwidths, with the machine probed before and after."""
     import convalgos
     from autotune.measure import median
-    from autotune.race.clock import wake_pool
     from autotune.race.contention import machine_wait_share
-    from bench.regret_layers import LAYERS, Layer
+    from bench.regret_layers import LAYERS, Layer, block
 
     layer = Layer(*LAYERS[args.layer])
     names = args.algorithms.split(",")
     out = np.empty(layer.p.result_shape(layer.op), np.float32)
     calls = {n: (lambda a=convalgos.ALGORITHMS[n]: convalgos.run(a, layer.op, layer.a, layer.b, layer.p, out))
              for n in names}
-
-    def block(name, size=30):
-        wake_pool()
-        calls[name]()
-        start = time.perf_counter()
-        for _ in range(size):
-            calls[name]()
-        return (time.perf_counter() - start) / size
 
     a, b, c = np.ones(8_000_000, np.float32), np.ones(8_000_000, np.float32), np.empty(8_000_000, np.float32)
 
@@ -58,11 +49,11 @@ def child(args) -> dict:
         return 4 * a.nbytes / (time.perf_counter() - start) / 1e9
 
     for name in names:
-        block(name)                                            # compiled and warm before the first moment
+        block(calls[name], 30)                                 # compiled and warm before the first moment
     before = machine_wait_share(0.3)
     rows, end = [], time.perf_counter() + args.seconds
     while time.perf_counter() < end:
-        times = {n: median([block(n) for _ in range(3)]) * 1e3 for n in names}
+        times = {n: median([block(calls[n], 30) for _ in range(3)]) * 1e3 for n in names}
         rows.append({"when": time.strftime("%H:%M:%S"), "ms": times, "triad": max(triad_gbs() for _ in range(3))})
         time.sleep(args.every)
     return {"layer": f"{layer.name} ({layer.op})", "rows": rows, "before": before,
