@@ -16,17 +16,20 @@
    large fresh output is not even the same cost twice: measured on the articles' layer (a 67 MB output), the
    first calls paid 25-125 ms in page faults against 11 ms once the kernel had memory at hand, which got
    whichever candidate ran first abandoned.
-2. Each candidate runs once on the real operands as a warm-up and its result is checked against the float64
-   reference (``measure.ReferenceCheck``); one outside its tolerance is rejected, and one that raises
+2. Each candidate runs once on the real operands, its checked call, and its result is checked against the
+   float64 reference (``measure.ReferenceCheck``); one outside its tolerance is rejected, and one that raises
    anything at all is skipped with the error recorded. Numba's compiling or loading of its kernels in that
-   first call (and its weight's preparation) is measured apart (``jit.py``, ``Entry.jit``); when it was most
-   of the call, the candidate warms up again (and prepares again) and the race and the table use that second
-   warm-up, so compilation is in no number the race compares (on a first run, 4-16 s of a first call). The
+   first call (and its weight's preparation) is measured apart (``jit.py``, ``Entry.jit``); when there was
+   any, the candidate warms up again (and prepares again) and the race and the table use that second call,
+   so compilation is in no number the race compares (on a first run, 4-16 s of a first call). The checked
+   call is timed as a race sample (the pool woken, the readings around it): where it compiled nothing, took
+   no page fault and waited for no CPU (``first_touch_free``), it is the race's round 0; else (a first call
+   touching its workspace's fresh pages: up to 7x a later one, measured) a warm-up only. The
    shared output is poisoned with NaN before each candidate's checked run (``measure.poison``), so one that
    leaves an element unwritten cannot pass on the previous candidate's answer: it is rejected. Before it, the
    device drops what the previous candidate left cached (``before_candidate``: the GPU's memory pool).
-3. The race (``race/rounds.py``): interleaved rounds, one sample of each candidate per round (one call in the
-   first round, which most candidates leave after; a short call twice back to back later), each sample
+3. The race (``race/rounds.py``): interleaved rounds, one sample of each candidate per round (one call in
+   rounds 0 and 1, which most candidates leave after; a short call twice back to back later), each sample
    taken as a step pays for a call (``race/clock.py``: the worker pool awake, the call timed, the threads'
    wait for a CPU read around it, ``race/contention.py``). A sample that waited for a CPU is retaken at the
    end of its round (``retakes`` times at most); a spike (over ``spike_ratio`` times the candidate's fastest,
@@ -53,7 +56,7 @@ from convalgos.backends import BACKENDS
 from .jit import jit_time
 from .measure import ReferenceCheck, poison
 from .race import Race, judge
-from .race.clock import Sampler
+from .race.clock import Sample, Sampler
 from .race.provisional import provisional
 from .table import Entry, Key, MiB
 
@@ -121,7 +124,10 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
         device.wake()
     if jit.seconds:
         entry.jit["(pool wake-up)"] = jit.seconds
-    calls = {}
+    reader = tuner.reader
+    reader.refresh()                       # the threads that exist now (the pool starts at its first use)
+    sampler = Sampler(timer, reader, device.wake, tuner.graph_mode)
+    calls, first = {}, {}                  # first: name -> its checked call, where that is evidence (step 2)
     for name in ranked:
         algorithm, form = registry[name], []
 
@@ -136,15 +142,16 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
                     entry.prepare_seconds[name] = timer.time(lambda: form.append(algorithm.prepare(b, p, op)))
                     entry.prepare_bytes[name] = form[0].nbytes
                 poison(out)
-                entry.warmup[name] = timer.time(lambda: result.append(call()))
+                checked = _checked_call(sampler, lambda: result.append(call()))
             if device.last_workspace is not None:
                 workspace[name] = device.last_workspace
-            if jit.seconds:
+            if jit.seconds:                              # compiled or loaded: warm up again, compiled (step 2)
                 entry.jit[name] = jit.seconds
-            if jit.seconds > 0.5 * (entry.warmup[name] + entry.prepare_seconds.get(name, 0.0)):
-                if name in entry.prepare_seconds:        # mostly JIT: warm up again, compiled (step 2)
-                    entry.prepare_seconds[name] = timer.time(lambda: algorithm.prepare(b, p, op))
-                entry.warmup[name] = timer.time(call)
+                with jit_time(timer.now) as jit:
+                    if name in entry.prepare_seconds:
+                        entry.prepare_seconds[name] = timer.time(lambda: algorithm.prepare(b, p, op))
+                    checked = _checked_call(sampler, call)
+            entry.warmup[name] = checked.seconds
         except Exception as e:  # noqa: BLE001 - whatever a candidate raises skips it, never the user's call
             skipped[name] = f"failed: {type(e).__name__}: {e}"
             device.release(algorithm)
@@ -165,9 +172,9 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
                              f"(left unwritten: the output was NaN-poisoned before the run)")
         else:
             calls[name] = call
-    reader = tuner.reader
-    reader.refresh()                                   # the threads that exist now (a pool starts at first use)
-    race = Race(tuner, calls, entry.warmup, Sampler(timer, reader, device.wake, tuner.graph_mode), device, registry)
+            if not jit.seconds and first_touch_free(checked, sampler, tuner.wait_share):
+                first[name] = checked
+    race = Race(tuner, calls, entry.warmup, sampler, device, registry, first)
     race.run()
     skipped.update(race.failed)
     if not race.rounds:
@@ -190,6 +197,22 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     entry.provisional = provisional(race, reader.sees_wait, tuner.contention_ratio)
     entry.tuning_seconds = timer.now() - start
     return entry
+
+
+def _checked_call(sampler, fn):
+    """The checked call of a candidate, as a race sample (the pool woken, the readings around it); on a device
+    whose timer splits host and GPU time, its wall time alone (``Sample`` with no readings)."""
+    return Sample(sampler.timer.time(fn)) if sampler.split else sampler.take(fn)
+
+
+def first_touch_free(sample, sampler, wait_share: float) -> bool:
+    """Whether a candidate's checked call is evidence of its speed, a race sample like any other (round 0):
+    it compiled nothing (the caller knows), took no page fault (it touched no fresh memory: no workspace's first
+    pages) and waited for no CPU, on a reader that counts faults. Measured here (2026-12-05, AMD EPYC, the
+    regret bench's 12 layers): every candidate's first call in a second tuning took 0 faults and 0.5-1.6x its
+    median in the race; in a process's first tuning most took 3-2678 faults and up to 7x (stay warm-ups)."""
+    return (sampler.reader.sees_faults and not sampler.split and sample.usage.faults == 0
+            and sample.wait_share() <= wait_share)
 
 
 def no_candidate_left(key: Key, skipped: dict, ranked: list, width: int = 90) -> str:

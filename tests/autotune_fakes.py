@@ -28,26 +28,28 @@ class FakeClock:
 
     def __init__(self):
         self.now, self.waited, self.cpu, self.others, self._lock = 0.0, 0.0, 0.0, 0.0, threading.Lock()
+        self.faults = 0              # page faults the fakes' calls took (``Fake``'s ``faults``)
         self.busy_until = 0.0        # a neighbour process runs until then (fakes with ``busy`` slow down)
 
     def __call__(self) -> float:
         return self.now
 
-    def advance(self, seconds: float, waited: float = 0.0, others: float = 0.0) -> None:
+    def advance(self, seconds: float, waited: float = 0.0, others: float = 0.0, faults: int = 0) -> None:
         """``seconds`` of fake time run by this process, ``waited`` of them waiting for a CPU, while other
-        processes used ``others`` seconds of CPU."""
+        processes used ``others`` seconds of CPU; ``faults`` page faults taken."""
         with self._lock:
             self.now += seconds
             self.cpu += seconds
             self.waited += waited
             self.others += others
+            self.faults += faults
 
 
 class FakeReader:
     """A contention reader over the fake clock: the waits the fakes declare, nothing of the real machine's."""
 
     kind = "fake"
-    sees_wait = True
+    sees_wait = sees_faults = True
 
     def __init__(self, clock):
         self.clock = clock
@@ -56,7 +58,8 @@ class FakeReader:
         """Nothing to open."""
 
     def read(self) -> Reading:
-        return Reading(int(round(self.clock.waited * 1e9)), 0, self.clock.now, int(round(self.clock.cpu * 1e9)))
+        return Reading(int(round(self.clock.waited * 1e9)), 0, self.clock.now, int(round(self.clock.cpu * 1e9)),
+                       self.clock.faults)
 
     def others(self) -> float:
         return self.clock.others
@@ -72,12 +75,13 @@ class Fake(Algorithm):
     ``pass_cost``: pass -> cost, where a pass costs otherwise. ``raises``: an exception instance raised from
     call number ``raise_from`` on (0: the first). ``jit``: seconds the first call spends inside Numba's
     compiler lock (the event ``autotune.jit`` listens to), on top of its cost. ``waits``: seconds the threads
-    wait for a CPU during each call (a list like ``cost``), read by ``FakeReader``; ``busy``: (cost, waits) of a
+    wait for a CPU during each call (a list like ``cost``), read by ``FakeReader``; ``faults``: page faults each
+    call takes (a list like ``cost``: a first call touching fresh memory); ``busy``: (cost, waits) of a
     call made while a neighbour runs (before the clock's ``busy_until``)."""
 
     def __init__(self, name, clock, cost, *, deterministic=True, workspace=0, wrong=None, only_3x3=False,
                  sleep=0.0, raises=None, raise_from=0, flops=None, pass_cost=None, jit=0.0, waits=0.0,
-                 busy=None):
+                 busy=None, faults=0):
         super().__init__()
         self.name, self.clock, self.costs = name, clock, list(cost) if isinstance(cost, (list, tuple)) else [cost]
         self.deterministic, self.ws, self.wrong, self.only_3x3, self.sleep = (deterministic, workspace, wrong,
@@ -86,6 +90,7 @@ class Fake(Algorithm):
         self.pass_costs = {op: list(c) if isinstance(c, (list, tuple)) else [c] for op, c in (pass_cost or {}).items()}
         self.calls, self.outputs, self.jit = 0, [], jit
         self.waits = list(waits) if isinstance(waits, (list, tuple)) else [waits]
+        self.faults = list(faults) if isinstance(faults, (list, tuple)) else [faults]
         self.busy = busy
 
     def constraints(self, p, op):
@@ -121,7 +126,8 @@ class Fake(Algorithm):
             self.clock.advance(*self.busy, others=self.busy[0])     # the neighbour: a core's worth meanwhile
         else:
             self.clock.advance(costs[min(self.calls - 1, len(costs) - 1)],
-                               self.waits[min(self.calls - 1, len(self.waits) - 1)])
+                               self.waits[min(self.calls - 1, len(self.waits) - 1)],
+                               faults=self.faults[min(self.calls - 1, len(self.faults) - 1)])
         if self.sleep:
             time.sleep(self.sleep)
 

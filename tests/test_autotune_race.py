@@ -1,25 +1,57 @@
 """The tuner's race against noise, with fake algorithms, a fake clock and fake contention readings (no timing
-asserted): warm-ups apart, no candidate judged on one run, runs that waited retaken, spikes recognised, a
-leader on few runs timed again, slow candidates out early, the cost cap, pruning."""
+asserted): a first call that compiled or touched fresh memory is a warm-up apart, one that did neither is the
+race's first run; a candidate abandoned on one undisturbed run, else on two; runs that waited retaken, spikes
+recognised, a leader on few runs timed again, slow candidates out early, the cost cap, pruning."""
 import pytest
 
 from autotune.heuristics import Heuristics
-from autotune_fakes import FakeClock, fakes, tuned
+from autotune_fakes import FakeClock, FakeReader, fakes, tuned
+
+#: page faults of a first call that touches fresh memory (a workspace's first pages), then none
+FIRST_TOUCH = {"faults": [100, 0]}
 
 
+class BlindReader(FakeReader):
+    """A reader that counts no page faults (Windows): no checked call is evidence, no run undisturbed."""
 
-def test_warmup_is_not_counted_and_reported_apart():
+    sees_faults = False
+
+
+def test_a_first_call_that_compiled_or_touched_fresh_memory_is_a_warmup_reported_apart():
     clock = FakeClock()
-    entry = tuned(clock, fakes(clock, a=[5.0, 1e-3], b=2e-3))     # a's first call costs 5 s (a JIT compile)
-    assert entry.algo == "a" and entry.warmup["a"] == pytest.approx(5.0) and entry.times["a"] == pytest.approx(1e-3)
+    # a's first call took 5 ms touching fresh memory (page faults), its later calls 1 ms
+    entry = tuned(clock, fakes(clock, a=([5e-3, 1e-3], FIRST_TOUCH), b=2e-3))
+    assert entry.algo == "a" and entry.warmup["a"] == pytest.approx(5e-3) and entry.times["a"] == pytest.approx(1e-3)
+    assert 5e-3 not in entry.samples["a"]
+    # a first call that compiled: the compilation apart (``jit``), the call warmed up again, compiled
+    compiled = tuned(clock, fakes(clock, a=(1e-3, {"jit": 5.0}), b=2e-3))
+    assert compiled.algo == "a" and compiled.jit["a"] == pytest.approx(5.0)
+    assert compiled.warmup["a"] == pytest.approx(1e-3) and max(compiled.samples["a"]) == pytest.approx(1e-3)
 
 
-def test_slow_candidate_is_abandoned_on_two_runs_not_one():
+def test_a_first_call_with_nothing_seen_adding_time_is_the_first_run():
     clock = FakeClock()
-    entry = tuned(clock, fakes(clock, fast=1e-3, slow=5e-3))
-    assert entry.runs["slow"] == 1 and "slow" in entry.abandoned and entry.runs["fast"] >= 3   # warm-up + 1 run
-    compiled = tuned(clock, fakes(clock, fast=1e-3, slow=[1.0, 5e-3]))  # its warm-up compiled: no evidence
-    assert compiled.runs["slow"] == 2 and "slow" in compiled.abandoned
+    # no compiling, no page fault, no wait in b's checked call: its time is a sample (round 0), paired with a's
+    entry = tuned(clock, fakes(clock, a=1e-3, b=[1.2e-3, 1.5e-3]))
+    assert entry.samples["b"] == pytest.approx([1.2e-3, 1.5e-3]) and entry.samples["a"][0] == pytest.approx(1e-3)
+    blind = tuned(clock, fakes(clock, a=1e-3, b=[1.2e-3, 1.5e-3]), reader=BlindReader(clock))
+    assert blind.warmup["b"] == pytest.approx(1.2e-3) and 1.2e-3 not in blind.samples["b"]   # faults unseen: warm-up
+
+
+def test_slow_candidate_is_abandoned_on_one_undisturbed_run_else_on_two():
+    clock = FakeClock()
+    algos = fakes(clock, fast=1e-3, slow=5e-3)
+    entry = tuned(clock, algos)                 # slow's checked call, undisturbed, was 5x: that call was all it cost
+    assert entry.runs["slow"] == 1 and algos["slow"].calls == 1 and "its one run" in entry.abandoned["slow"]
+    assert entry.runs["fast"] >= 3
+    algos = fakes(clock, fast=1e-3, slow=([6e-3, 5e-3], FIRST_TOUCH))   # a warm-up, then one undisturbed run
+    entry = tuned(clock, algos)
+    assert entry.runs["slow"] == 1 and algos["slow"].calls == 2 and "slow" in entry.abandoned
+    # where page faults are not counted, no run is undisturbed: a warm-up that agrees and one run, or two runs
+    entry = tuned(clock, fakes(clock, fast=1e-3, slow=5e-3), reader=BlindReader(clock))
+    assert entry.runs["slow"] == 1 and "slow" in entry.abandoned
+    compiled = tuned(clock, fakes(clock, fast=1e-3, slow=[1.0, 5e-3]), reader=BlindReader(clock))
+    assert compiled.runs["slow"] == 2 and "slow" in compiled.abandoned     # its 1 s warm-up is no evidence
 
 
 def test_a_spike_is_recognised_and_does_not_decide():
@@ -32,7 +64,8 @@ def test_a_spike_is_recognised_and_does_not_decide():
 
 def test_runs_that_are_all_spikes_beside_a_clean_warmup_do_not_decide():
     clock = FakeClock()
-    entry = tuned(clock, fakes(clock, fast=[1e-3, 5e-3, 5e-3, 5e-3, 1e-3], other=2e-3))
+    # fast's checked call (1 ms, touching fresh memory: a warm-up) is clean; its next three runs are spikes
+    entry = tuned(clock, fakes(clock, fast=([1e-3, 5e-3, 5e-3, 5e-3, 1e-3], {"faults": [100, 0]}), other=2e-3))
     assert entry.algo == "fast" and entry.spikes["fast"] == 3 and entry.times["fast"] == pytest.approx(1e-3)
     assert entry.samples["fast"][:4] == pytest.approx([5e-3, 5e-3, 5e-3, 1e-3]) and len(entry.samples["fast"]) == 6
 
@@ -55,9 +88,11 @@ def test_a_winner_left_with_few_runs_is_retimed():
 
 def test_clearly_slower_candidate_stops_early_the_best_refines():
     clock = FakeClock()
-    entry = tuned(clock, fakes(clock, best=[1e-3, 1e-3, 1.1e-3, 0.9e-3], second=1.5e-3))   # best's runs are noisy
-    # second leaves after two runs (warm-up and one timed): 1.5x is beyond a tie and beyond the judge's reach
-    assert entry.algo == "best" and entry.runs["second"] == 1 and entry.runs["best"] >= 3 and not entry.verdict
+    algos = fakes(clock, best=[1e-3, 1e-3, 1.1e-3, 0.9e-3], second=1.5e-3)   # best's runs are noisy
+    entry = tuned(clock, algos)
+    # second leaves after two runs (its checked call and one more): 1.5x is beyond a tie and the judge's reach
+    assert entry.algo == "best" and entry.runs["second"] == 2 and algos["second"].calls == 2
+    assert entry.runs["best"] >= 3 and not entry.verdict
 
 
 def test_cost_cap_ends_the_race_of_near_ties():
@@ -79,20 +114,24 @@ def test_prune_ratio_skips_what_the_heuristic_measured_far_slower():
 
 def test_a_short_call_is_timed_right_after_an_untimed_one_of_its_own_and_a_long_one_alone():
     clock = FakeClock()
-    # a's calls after its warm-up and its first (screening) sample alternate 1 and 2 ms: from the second round on
-    # each sample is an untimed call (1 ms) then the timed one (2 ms); b's 5 ms calls (over pair_below) are timed
-    # alone
-    algos = fakes(clock, a=[1e-3, 1e-3] + [1e-3, 2e-3] * 40, b=5e-3)
-    entry = tuned(clock, algos, pair_below=4e-3)
-    assert entry.algo == "a" and entry.samples["a"] == pytest.approx([1e-3] + [2e-3] * (entry.runs["a"] - 1))
-    # warm-up, the screening run, the pairs, and (a's) the user's call itself
-    assert algos["a"].calls == 1 + 1 + 2 * (entry.runs["a"] - 1) + 1 and algos["b"].calls == 1 + entry.runs["b"]
+    # a's calls after its checked call and its first race sample (the two screening runs) alternate 1 and 1.5 ms:
+    # from the race's second round on each sample is an untimed call (1 ms) then the timed one (1.5 ms); b's
+    # 2.5 ms calls (over pair_below) are timed alone
+    algos = fakes(clock, a=[1e-3, 1e-3] + [1e-3, 1.5e-3] * 40, b=2.5e-3)
+    entry = tuned(clock, algos, pair_below=2e-3)
+    runs = entry.runs["a"]
+    assert entry.algo == "a" and entry.samples["a"] == pytest.approx([1e-3, 1e-3] + [1.5e-3] * (runs - 2))
+    # the checked call, the screening run, the pairs, and (a's) the user's call itself
+    assert algos["a"].calls == 1 + 1 + 2 * (runs - 2) + 1 and algos["b"].calls == entry.runs["b"]
 
 
 def test_the_first_round_times_one_call_so_a_candidate_that_leaves_after_it_costs_two():
     clock = FakeClock()
-    # every call short (under pair_below); far: 1.8x, its warm-up agreeing: settled after the first round
+    # every call short (under pair_below); far: 1.8x, settled after the first round
     algos = fakes(clock, best=1e-3, near=1.05e-3, far=1.8e-3)
     entry = tuned(clock, algos, pair_below=4e-3)
+    assert entry.runs["far"] == 2 and algos["far"].calls == 2            # its checked call and one call
+    assert entry.runs["near"] >= 3 and algos["near"].calls == 1 + 1 + 2 * (entry.runs["near"] - 2)
+    algos = fakes(clock, best=1e-3, near=1.05e-3, far=([2e-3, 1.8e-3], {"faults": [100, 0]}))
+    entry = tuned(clock, algos, pair_below=4e-3)
     assert entry.runs["far"] == 1 and algos["far"].calls == 2            # its warm-up and one call
-    assert entry.runs["near"] >= 2 and algos["near"].calls == 1 + 1 + 2 * (entry.runs["near"] - 1)

@@ -10,7 +10,10 @@ neighbour slows every run evenly, so no run looks like a spike. Linux counts the
   parallel call has returned (every worker has reached the region's end), each wait inside it is counted.
   The CPU time moves only at scheduler events and ticks (4 ms on these VMs): it is not used to judge a run.
 - ``getrusage(RUSAGE_SELF).ru_nivcsw``: involuntary context switches of all the process's threads, counted
-  when a thread is preempted.
+  when a thread is preempted; ``ru_minflt + ru_majflt``: the page faults they took, which is how a first call
+  shows it paid for touching fresh memory (a workspace's pages, mapped at their first write): measured here
+  (2026-12-05, the regret bench's 12 layers) 3-2678 faults in the first call of most candidates in a process,
+  0 in every call of a second tuning.
 - ``/proc/loadavg``'s fourth field: the tasks runnable on the whole machine at this instant, less this
   process's tasks in state R (``/proc/self/task/<tid>/stat``): whether a neighbour is there at all, which a
   sub-millisecond run can miss (it may fall between the neighbour's time slices: no wait to read).
@@ -20,9 +23,10 @@ threads), through files kept open and re-read with ``pread`` (about 1 us a threa
 read them all afresh), the list of tasks refreshed by ``refresh()`` (a race calls it once). A reading is the
 sum over the tasks; the difference of two readings (``Usage``) is what happened between them.
 
-Where ``/proc`` is missing (macOS, Windows) ``RusageReader`` counts involuntary switches alone (macOS, BSD),
-and on Windows ``NullReader`` counts nothing: there the race falls back to judging runs by their times
-(spikes, ``measure.without_spikes``), which a steady neighbour hides. ``reader()`` picks the best available;
+Where ``/proc`` is missing (macOS, Windows) ``RusageReader`` counts involuntary switches and page faults alone
+(macOS, BSD), and on Windows ``NullReader`` counts nothing: there the race falls back to judging runs by their
+times (spikes, ``measure.without_spikes``), which a steady neighbour hides, and no first call is evidence
+(``sees_faults``: the checked call stays a warm-up, ``tuning.py``). ``reader()`` picks the best available;
 ``Reader.kind`` names what it sees.
 
 Measured here (2026-12-05, 2-core AMD EPYC VM): two threads spinning 1 s wait ~0.007 s in all quietly and
@@ -45,26 +49,28 @@ TASKS = "/proc/self/task"
 
 class Reading(NamedTuple):
     """Counters summed over the process's threads at one moment: ns waited on a run queue, involuntary
-    context switches, the wall clock (``time.perf_counter``) when read, and ns on a CPU (which moves in
-    scheduler ticks: for windows of tens of milliseconds, ``quiet.py``)."""
+    context switches, the wall clock (``time.perf_counter``) when read, ns on a CPU (which moves in
+    scheduler ticks: for windows of tens of milliseconds, ``quiet.py``), and page faults."""
 
     wait_ns: int
     switches: int
     wall: float
     cpu_ns: int = 0
+    faults: int = 0
 
     def __sub__(self, before: "Reading") -> "Usage":
         return Usage(max(0, self.wait_ns - before.wait_ns) * 1e-9, max(0, self.switches - before.switches),
-                     self.wall - before.wall)
+                     self.wall - before.wall, max(0, self.faults - before.faults))
 
 
 class Usage(NamedTuple):
     """What happened between two readings: seconds the threads waited for a CPU (summed over threads),
-    involuntary switches, and the wall seconds between the readings."""
+    involuntary switches, the wall seconds between the readings, and the page faults taken."""
 
     waited: float
     switches: int
     wall: float
+    faults: int = 0
 
 
 NO_USAGE = Usage(0.0, 0, 0.0)
@@ -73,15 +79,18 @@ NO_USAGE = Usage(0.0, 0, 0.0)
 _TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
-def _switches() -> int:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_nivcsw
+def _rusage() -> tuple[int, int]:
+    """(involuntary switches, page faults) of the whole process so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_nivcsw, usage.ru_minflt + usage.ru_majflt
 
 
 class ProcReader:
     """Run-queue wait and involuntary switches of every task of this process (Linux)."""
 
-    kind = "run-queue wait per thread (/proc/self/task/*/schedstat) and involuntary switches (getrusage)"
-    sees_wait = True
+    kind = ("run-queue wait per thread (/proc/self/task/*/schedstat), involuntary switches and page faults "
+            "(getrusage)")
+    sees_wait = sees_faults = True
 
     def __init__(self):
         self._files, self._states = {}, {}
@@ -126,7 +135,8 @@ class ProcReader:
             except (OSError, ValueError):       # the thread ended: its file reads ESRCH
                 os.close(fd)
                 del self._files[tid]
-        return Reading(wait, _switches(), time.perf_counter(), cpu)
+        switches, faults = _rusage()
+        return Reading(wait, switches, time.perf_counter(), cpu, faults)
 
     def others(self) -> float | None:
         """Seconds of CPU that other processes have used since boot: the machine's busy time (``/proc/stat``:
@@ -146,14 +156,15 @@ class RusageReader:
     """Involuntary switches only (macOS, BSD: no per-thread run-queue wait): a preempted run is seen, how long
     it waited is not."""
 
-    kind = "involuntary switches only (getrusage; no run-queue wait on this platform)"
-    sees_wait = False
+    kind = "involuntary switches and page faults only (getrusage; no run-queue wait on this platform)"
+    sees_wait, sees_faults = False, True
 
     def refresh(self) -> None:
         """Nothing to open."""
 
     def read(self) -> Reading:
-        return Reading(0, _switches(), time.perf_counter(), time.process_time_ns())
+        switches, faults = _rusage()
+        return Reading(0, switches, time.perf_counter(), time.process_time_ns(), faults)
 
     def others(self) -> None:
         """Unknown here (``quiet.py`` then judges by this process's own involuntary switches: none)."""
@@ -166,7 +177,7 @@ class NullReader:
     """No counters (Windows): every run reads as unwaited; the race judges runs by their times alone."""
 
     kind = "none on this platform (runs judged by their times alone: spikes)"
-    sees_wait = False
+    sees_wait = sees_faults = False
 
     def refresh(self) -> None:
         """Nothing to open."""

@@ -2,13 +2,14 @@
 CPU retaken, slow candidates leaving early, until the leaders are known; ``judge.py`` then decides between the
 top two on paired ratios.
 
-A round takes one sample of each candidate still racing, the first round in ranked order, each later one in a
-fresh (seeded) order (``measure.rotate`` says why). The first round screens: one call per sample, where later
-rounds time a short call right after an untimed one of its own (``clock.py``, ``pair_below``: what that
-corrects, up to ~1.5x for a call whose BLAS threads still spin as the next starts, is within the margins
-below), so the many candidates that leave after it (most are 1.5-6x the best: settled or abandoned) cost
-their warm-up and one call. A sample whose threads waited for a CPU more than
-``wait_share`` of its time (another process had the core) is not evidence of the algorithm's speed: it is set
+Round 0 is the candidates' checked calls (``tuning.py``), each a sample where nothing was seen adding time to it
+(no compiling, no page fault, no wait: ``tuning.first_touch_free``), else a warm-up only. Then a round takes one
+sample of each candidate still racing, round 1 in ranked order, each later one in a fresh (seeded) order
+(``measure.rotate`` says why). Rounds 0 and 1 screen: one call per sample, where later rounds time a short
+call right after an untimed one of its own (``clock.py``, ``pair_below``: what that corrects, up to ~1.5x for
+a call whose BLAS threads still spin as the next starts, is within ``leaving.py``'s margins), so the many
+candidates that leave after them (most are 1.5-6x the best: settled or abandoned) cost one or two calls. A
+sample whose threads waited for a CPU more than ``wait_share`` of its time (another process had the core) is not evidence of the algorithm's speed: it is set
 aside and retaken at the end of the round, at most ``retakes`` times, so a neighbour that comes and goes in
 bursts of tens of milliseconds is waited out. A neighbour that stays makes every retake wait too: the last
 one is kept, marked, and the choice made on such samples is provisional (``provisional.py``); a candidate
@@ -16,17 +17,9 @@ whose retakes came back waiting in two rounds in a row is retaken no more (they 
 cost) and is judged on its runs, waits and all. Its waits may be its own: a candidate that runs a BLAS pool
 beside Numba's has three threads for two cores, quiet machine or not.
 
-After each round, a candidate leaves the race:
-
-- abandoned, when all of its runs (warm-up included), over two clean runs or three of any kind, took at least
-  ``abandon_ratio`` times the leader's median: a 5x slower candidate costs two or three of its runs;
-- settled, when two clean runs show its fastest over ``settle_ratio`` times the leader's median: it cannot tie;
-- done, with ``min_runs`` clean runs and its median known to ``precision`` (MAD/median/sqrt(n)), or when the
-  rounds have cost ``cost_cap`` times the leader's median (or ``time_budget`` seconds) and it has ``min_runs``
-  clean runs (or twice as many of any kind); at ``max_runs`` in any case.
-
-A candidate that stopped early behind a leader that then slowed down may end up leading on one or two runs:
-it and the runner-up run more rounds until it has ``min_runs`` clean ones.
+After each round the candidates that have their answer leave the race (``leaving.py``: abandoned, settled or
+done). A candidate that stopped early behind a leader that then slowed down may end up leading on one or two
+runs: it and the runner-up run more rounds until it has ``min_runs`` clean ones.
 
 "Clean": neither a spike (over ``spike_ratio`` times the candidate's fastest run, its warm-up included: a
 page fault, an interrupt, what the readings do not see; ``measure.without_spikes``) nor a run that waited.
@@ -46,7 +39,8 @@ from __future__ import annotations
 
 import random
 
-from ..measure import median, noise, without_spikes
+from ..measure import median, without_spikes
+from .leaving import still_active
 
 
 class Race:
@@ -54,12 +48,14 @@ class Race:
     ``calls``: name -> the call; ``warmup``: name -> seconds of its warm-up run; ``sampler``: a
     ``clock.Sampler``."""
 
-    def __init__(self, settings, calls: dict, warmup: dict, sampler, device, registry: dict):
+    def __init__(self, settings, calls: dict, warmup: dict, sampler, device, registry: dict, first=None):
         self.s, self.calls, self.warmup, self.sampler = settings, calls, warmup, sampler
         self.device, self.registry = device, registry
         self.rounds = {name: {} for name in calls}       # name -> round number -> the Sample kept
+        for name, sample in (first or {}).items():       # round 0: the checked calls that are evidence
+            self.rounds[name][0] = sample
         self.retaken = {name: [] for name in calls}      # name -> the samples set aside for waiting
-        self.abandoned, self.failed, self.spent, self.done, self.stuck = {}, {}, 0.0, 0, {}
+        self.abandoned, self.failed, self.spent, self.done, self.stuck = {}, {}, 0.0, 1, {}
         self.block_costs = {}                            # name -> cost per call in blocks (``blocks``)
         self._order = random.Random(0)
 
@@ -71,6 +67,12 @@ class Race:
 
     def waited(self, sample) -> bool:
         return sample.wait_share() > self.s.wait_share
+
+    def undisturbed(self, sample) -> bool:
+        """Nothing seen adding time to the run: it waited for no CPU and took no page fault (on a reader that
+        counts both)."""
+        reader = self.sampler.reader
+        return reader.sees_wait and reader.sees_faults and not self.waited(sample) and sample.usage.faults == 0
 
     def clean_rounds(self, name: str) -> dict:
         """round -> seconds of ``name``'s kept runs that neither waited nor were spikes."""
@@ -157,7 +159,7 @@ class Race:
         return sum(every) / len(every)
 
     def leader(self) -> str:
-        return min(self.rounds, key=self.typical)
+        return min((n for n, r in self.rounds.items() if r), key=self.typical)
 
     def spikes(self) -> dict:
         """name -> how many of its kept runs that did not wait were spikes."""
@@ -215,9 +217,11 @@ class Race:
     def run(self) -> None:
         """Rounds over every candidate until each has left the race (module docstring)."""
         active = list(self.calls)
+        if any(self.rounds.values()):        # round 0, the checked calls that are evidence, screens first
+            active = still_active(self, active)
         while active:
             self.round(active)
-            active = self._still_active(active)
+            active = still_active(self, active)
         for _ in range(3):      # a leader that stopped early, behind one that later slowed, gets min_runs clean runs
             if not self.rounds:
                 return
@@ -236,7 +240,7 @@ class Race:
         """One sample of each of ``names``; the ones that waited retaken at the end of the round, except a
         candidate whose retakes came back waiting in its last two rounds (``stuck``)."""
         names = list(names)
-        if self.done:
+        if self.done > 1:
             self._order.shuffle(names)
         retaken, taken = {}, {}
         for attempt in range(self.s.retakes + 1):
@@ -269,9 +273,9 @@ class Race:
         return not clean or sample.seconds - sample.usage.waited <= self.s.settle_ratio * min(clean)
 
     def _lead(self, name: str) -> int:
-        """Untimed calls before the timed one: one for a short call, from the second round on (the first
-        screens)."""
-        return 1 if self.done and self.warmup[name] < self.s.pair_below else 0
+        """Untimed calls before the timed one: one for a short call, from the race's second round on (round 0,
+        the checked calls, and round 1 screen)."""
+        return 1 if self.done > 1 and self.warmup[name] < self.s.pair_below else 0
 
     def _take(self, name: str):
         lead = self._lead(name)
@@ -284,32 +288,3 @@ class Race:
             return None
         self.spent += sample.seconds * (1 + lead)          # the untimed call costs about as much
         return sample
-
-    def over_budget(self) -> bool:
-        """The rounds have cost ``cost_cap`` times the leader's median, or ``time_budget`` seconds."""
-        return bool(self.rounds) and self.spent >= min(self.s.time_budget, self.s.cost_cap * self.typical(self.leader()))
-
-    def _still_active(self, active: list) -> list:
-        if not self.rounds:
-            return []
-        leader = self.leader()
-        best, over = self.typical(leader), self.over_budget()
-        return [n for n in active if n in self.rounds and self._continues(n, leader, best, over)]
-
-    def _continues(self, name: str, leader: str, best: float, over: bool) -> bool:
-        runs = self.samples[name]
-        clean = self.kept(name) if self.stuck.get(name, 0) >= 2 else self.clean(name)   # its runs wait: judged so
-        every = runs + [self.warmup[name]]
-        # evidence that it is slow: runs that waited count too (waiting only adds time)
-        evidence = len(self.kept(name)) + (self.warmup[name] <= self.s.spike_ratio * min(every))
-        fastest = min(every)
-        if name != leader and best > 0:
-            if (evidence >= 2 or len(every) >= 3) and fastest >= self.s.abandon_ratio * best:
-                self.abandoned[name] = (f"all {len(every)} of its runs (warm-up included) took at least "
-                                        f"{fastest / best:.1f}x the best median (abandon_ratio={self.s.abandon_ratio})")
-                return False
-            if evidence >= 2 and fastest > self.s.settle_ratio * best:
-                return False            # it cannot tie the best: its median needs no more precision
-        if len(runs) >= self.s.max_runs or (over and (len(clean) >= self.s.min_runs or len(runs) >= 2 * self.s.min_runs)):
-            return False
-        return len(clean) < self.s.min_runs or not (over or noise(clean) <= self.s.precision)

@@ -1,0 +1,60 @@
+"""When a candidate leaves the race (``rounds.py``): after each round, every candidate still racing is
+either left in or leaves as
+
+- abandoned, when all of its runs (warm-up included) took at least ``abandon_ratio`` times the leader's median,
+  over one undisturbed run (no wait, no page fault: noise only adds time, and nothing was seen adding any),
+  two clean runs or three of any kind: a 5x slower candidate costs its checked call, or two or three runs;
+- settled, when two clean runs show its fastest over ``settle_ratio`` times the leader's median: it cannot tie;
+- done, with ``min_runs`` clean runs and its median known to ``precision`` (MAD/median/sqrt(n)), or when the
+  rounds have cost ``cost_cap`` times the leader's median (or ``time_budget`` seconds) and it has ``min_runs``
+  clean runs (or twice as many of any kind); at ``max_runs`` in any case.
+
+Why one undisturbed run may abandon: measured here (2026-12-05, AMD EPYC, the regret bench's 12 layers), a
+candidate's first call in a second tuning, with no page fault, took 0.5-1.6x its median in the race, and the
+machine's own speed swings move one algorithm up to 2.4x between seconds (``bench/results/cpu-speed-states.md``):
+under the 3x of ``abandon_ratio``. A candidate within it gets a second run before it is judged.
+"""
+from __future__ import annotations
+
+from ..measure import noise
+
+
+def still_active(race, active: list) -> list:
+    """The names of ``active`` that stay in the race after this round."""
+    if not race.rounds:
+        return []
+    leader = race.leader()
+    best, over = race.typical(leader), over_budget(race)
+    return [n for n in active if n in race.rounds and continues(race, n, leader, best, over)]
+
+
+def over_budget(race) -> bool:
+    """The rounds have cost ``cost_cap`` times the leader's median, or ``time_budget`` seconds."""
+    s = race.s
+    return bool(race.rounds) and race.spent >= min(s.time_budget, s.cost_cap * race.typical(race.leader()))
+
+
+def continues(race, name: str, leader: str, best: float, over: bool) -> bool:
+    """Whether ``name`` runs another round (the module docstring's rules); an abandoned one is recorded with
+    its reason in ``race.abandoned``."""
+    s, runs = race.s, race.samples[name]
+    if not runs:
+        return True                     # its checked call was a warm-up only: it has yet to run
+    clean = race.kept(name) if race.stuck.get(name, 0) >= 2 else race.clean(name)   # its runs wait: judged so
+    warm_up = [] if 0 in race.rounds[name] else [race.warmup[name]]    # else its warm-up is run 0
+    every = runs + warm_up
+    # evidence that it is slow: runs that waited count too (waiting only adds time)
+    evidence = len(race.kept(name)) + any(t <= s.spike_ratio * min(every) for t in warm_up)
+    undisturbed = any(map(race.undisturbed, race.rounds[name].values()))
+    fastest = min(every)
+    if name != leader and best > 0:
+        if (evidence >= 2 or len(every) >= 3 or undisturbed) and fastest >= s.abandon_ratio * best:
+            runs_were = ("its one run (its checked call), undisturbed, took" if len(every) == 1 else
+                         f"all {len(every)} of its runs{' (warm-up included)' if warm_up else ''} took at least")
+            race.abandoned[name] = f"{runs_were} {fastest / best:.1f}x the best median (abandon_ratio={s.abandon_ratio})"
+            return False
+        if evidence >= 2 and fastest > s.settle_ratio * best:
+            return False                # it cannot tie the best: its median needs no more precision
+    if len(runs) >= s.max_runs or (over and (len(clean) >= s.min_runs or len(runs) >= 2 * s.min_runs)):
+        return False
+    return len(clean) < s.min_runs or not (over or noise(clean) <= s.precision)
