@@ -206,7 +206,7 @@ class ReferenceCheck:
     def unwritten(self, out) -> int:
         """How many elements of a whole result are NaN although the operands were finite (0 when they were not):
         left unwritten after ``poison``, or NaN made from finite numbers."""
-        return int(np.isnan(np.asarray(out)).sum()) if self.operands_finite else 0
+        return int(np.count_nonzero(np.isnan(np.asarray(out)))) if self.operands_finite else 0
 
     def error(self, out) -> float:
         """max|sample - reference| / max|reference| over the finite entries; inf when ``judge`` finds it wrong."""
