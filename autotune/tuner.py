@@ -3,7 +3,7 @@ heuristic (benchmark off) or by measuring (benchmark on, ``tuning.py``), stored,
 
 Where the rest lives: ``calls.py`` (a call's arrays and its memo record), ``flags.py``, ``store.py`` (the
 table and its counters), ``measure.py`` (timing, noise, the choice, the reference check), ``tuning.py`` (one
-key's candidates and tuning), ``race.py`` (their timed race), ``devices.py`` (CPU and GPU, each with its own
+key's candidates and tuning), ``race/`` (their timed race), ``devices.py`` (CPU and GPU, each with its own
 algorithms), ``table.py`` (keys, entries, the report), ``shapes.py`` (changing shapes, patience), ``cache.py``
 (the JSON file), ``heuristics.py``.
 

@@ -22,8 +22,8 @@
    first call (and its weight's preparation) is measured apart (``jit.py``, ``Entry.jit``); when there was
    any, the candidate warms up again (and prepares again) and the race and the table use that second call,
    so compilation is in no number the race compares (on a first run, 4-16 s of a first call). The checked
-   call is timed as a race sample (the pool woken, the readings around it): where it compiled nothing, took
-   no page fault and waited for no CPU (``first_touch_free``), it is the race's round 0; else (a first call
+   call is timed as a race sample (the pool woken, the readings around it): where it compiled nothing and took
+   no page fault (``first_touch_free``), it is the race's round 0, its waits judged as any sample's; else (a first call
    touching its workspace's fresh pages: up to 7x a later one, measured) a warm-up only. The
    shared output is poisoned with NaN before each candidate's checked run (``measure.poison``), so one that
    leaves an element unwritten cannot pass on the previous candidate's answer: it is rejected. Before it, the
@@ -55,7 +55,7 @@ from convalgos.backends import BACKENDS
 
 from .jit import jit_time
 from .measure import ReferenceCheck, poison
-from .race import Race, judge
+from .race import Race, host_or_gpu, judge
 from .race.clock import Sample, Sampler
 from .race.provisional import provisional
 from .table import Entry, Key, MiB
@@ -172,7 +172,7 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
                              f"(left unwritten: the output was NaN-poisoned before the run)")
         else:
             calls[name] = call
-            if not jit.seconds and first_touch_free(checked, sampler, tuner.wait_share):
+            if not jit.seconds and first_touch_free(checked, sampler):
                 first[name] = checked
     race = Race(tuner, calls, entry.warmup, sampler, device, registry, first)
     race.run()
@@ -192,8 +192,8 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     entry.verdict = verdict.to_dict() if verdict else {}
     entry.abandoned = race.abandoned
     entry.ranked = [entry.algo] + sorted((n for n in entry.times if n != entry.algo), key=entry.times.get)
-    entry.host_times, entry.gpu_times = race.split_medians()
-    entry.decided = race.decided(entry.algo)
+    entry.host_times, entry.gpu_times = host_or_gpu.split_medians(race)
+    entry.decided = host_or_gpu.decided(race, entry.algo)
     entry.provisional = provisional(race, reader.sees_wait, tuner.contention_ratio)
     entry.tuning_seconds = timer.now() - start
     return entry
@@ -205,14 +205,14 @@ def _checked_call(sampler, fn):
     return Sample(sampler.timer.time(fn)) if sampler.split else sampler.take(fn)
 
 
-def first_touch_free(sample, sampler, wait_share: float) -> bool:
-    """Whether a candidate's checked call is evidence of its speed, a race sample like any other (round 0):
-    it compiled nothing (the caller knows), took no page fault (it touched no fresh memory: no workspace's first
-    pages) and waited for no CPU, on a reader that counts faults. Measured here (2026-12-05, AMD EPYC, the
-    regret bench's 12 layers): every candidate's first call in a second tuning took 0 faults and 0.5-1.6x its
-    median in the race; in a process's first tuning most took 3-2678 faults and up to 7x (stay warm-ups)."""
-    return (sampler.reader.sees_faults and not sampler.split and sample.usage.faults == 0
-            and sample.wait_share() <= wait_share)
+def first_touch_free(sample, sampler) -> bool:
+    """Whether a candidate's checked call is evidence of its speed, a race sample like any other (round 0): it
+    compiled nothing (the caller knows) and took no page fault (it touched no fresh memory: no workspace's first
+    pages), on a reader that counts faults and a timer that times the host. Its waits for a CPU are judged as
+    any sample's (``race/rounds.py``). Measured here (2026-12-05, AMD EPYC, the regret bench's 12 layers): every
+    candidate's first call in a second tuning took 0 faults and 0.5-1.6x its median in the race; in a
+    process's first tuning most took 3-2678 faults and up to 7x (they stay warm-ups)."""
+    return sampler.reader.sees_faults and not sampler.split and sample.usage.faults == 0
 
 
 def no_candidate_left(key: Key, skipped: dict, ranked: list, width: int = 90) -> str:

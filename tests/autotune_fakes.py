@@ -69,6 +69,15 @@ class FakeReader:
         return int(self.clock.now < self.clock.busy_until)
 
 
+class OthersUnseenReader(FakeReader):
+    """A reader that sees this process's waits but not whether another process is runnable (a ``/proc`` without
+    ``loadavg``): a run that waited may have waited for a neighbour, so it is retaken, as the fakes' ``waits``
+    of a neighbour's time slices want."""
+
+    def runnable_others(self) -> None:
+        return None
+
+
 class Fake(Algorithm):
     """Costs ``cost`` seconds of fake time per call (a list: one cost per call, the last repeating).
 

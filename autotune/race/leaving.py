@@ -1,15 +1,16 @@
 """When a candidate leaves the race (``rounds.py``): after each round, every candidate still racing is
 either left in or leaves as
 
-- abandoned, when all of its runs (warm-up included) took at least ``abandon_ratio`` times the leader's median,
-  over one undisturbed run (no wait, no page fault: noise only adds time, and nothing was seen adding any),
-  two clean runs or three of any kind: a 5x slower candidate costs its checked call, or two or three runs;
+- abandoned, when one run, less all its threads' waits for a CPU and with no page fault (``Race.floor``: a lower
+  bound of its undisturbed time, since noise only adds time), or all of its runs (warm-up included) over two
+  clean runs or three of any kind, took at least ``abandon_ratio`` times the leader's median: a 5x slower
+  candidate costs its checked call, or two or three runs;
 - settled, when two clean runs show its fastest over ``settle_ratio`` times the leader's median: it cannot tie;
 - done, with ``min_runs`` clean runs and its median known to ``precision`` (MAD/median/sqrt(n)), or when the
   rounds have cost ``cost_cap`` times the leader's median (or ``time_budget`` seconds) and it has ``min_runs``
   clean runs (or twice as many of any kind); at ``max_runs`` in any case.
 
-Why one undisturbed run may abandon: measured here (2026-12-05, AMD EPYC, the regret bench's 12 layers), a
+Why one run's floor may abandon: measured here (2026-12-05, AMD EPYC, the regret bench's 12 layers), a
 candidate's first call in a second tuning, with no page fault, took 0.5-1.6x its median in the race, and the
 machine's own speed swings move one algorithm up to 2.4x between seconds (``bench/results/cpu-speed-states.md``):
 under the 3x of ``abandon_ratio``. A candidate within it gets a second run before it is judged.
@@ -45,13 +46,16 @@ def continues(race, name: str, leader: str, best: float, over: bool) -> bool:
     every = runs + warm_up
     # evidence that it is slow: runs that waited count too (waiting only adds time)
     evidence = len(race.kept(name)) + any(t <= s.spike_ratio * min(every) for t in warm_up)
-    undisturbed = any(map(race.undisturbed, race.rounds[name].values()))
+    floor = max((f for f in map(race.floor, race.rounds[name].values()) if f is not None), default=0.0)
     fastest = min(every)
     if name != leader and best > 0:
-        if (evidence >= 2 or len(every) >= 3 or undisturbed) and fastest >= s.abandon_ratio * best:
-            runs_were = ("its one run (its checked call), undisturbed, took" if len(every) == 1 else
-                         f"all {len(every)} of its runs{' (warm-up included)' if warm_up else ''} took at least")
-            race.abandoned[name] = f"{runs_were} {fastest / best:.1f}x the best median (abandon_ratio={s.abandon_ratio})"
+        if floor >= s.abandon_ratio * best:
+            race.abandoned[name] = (f"a run of it took {floor / best:.1f}x the best median less its threads' waits "
+                                    f"for a CPU, with no page fault (abandon_ratio={s.abandon_ratio})")
+            return False
+        if (evidence >= 2 or len(every) >= 3) and fastest >= s.abandon_ratio * best:
+            race.abandoned[name] = (f"all {len(every)} of its runs{' (warm-up included)' if warm_up else ''} took at "
+                                    f"least {fastest / best:.1f}x the best median (abandon_ratio={s.abandon_ratio})")
             return False
         if evidence >= 2 and fastest > s.settle_ratio * best:
             return False                # it cannot tie the best: its median needs no more precision

@@ -2,8 +2,8 @@
 CPU retaken, slow candidates leaving early, until the leaders are known; ``judge.py`` then decides between the
 top two on paired ratios.
 
-Round 0 is the candidates' checked calls (``tuning.py``), each a sample where nothing was seen adding time to it
-(no compiling, no page fault, no wait: ``tuning.first_touch_free``), else a warm-up only. Then a round takes one
+Round 0 is the candidates' checked calls (``tuning.py``), each a sample where it compiled nothing and took no
+page fault (``tuning.first_touch_free``; its waits judged as any sample's), else a warm-up only. Then a round takes one
 sample of each candidate still racing, round 1 in ranked order, each later one in a fresh (seeded) order
 (``measure.rotate`` says why). Rounds 0 and 1 screen: one call per sample, where later rounds time a short
 call right after an untimed one of its own (``clock.py``, ``pair_below``: what that corrects, up to ~1.5x for
@@ -30,10 +30,7 @@ Every round is kept by number, so two candidates' samples of one round, taken a 
 the same conditions, form a pair: ``pairs(a, b)`` is what the judge's ratios are made of, and ``extend([a, b])``
 runs more rounds of those two alone.
 
-What a run costs the step: on the CPU its wall time; on the GPU the larger of the host time to issue its
-launches and the GPU time of its kernels, or the GPU time alone in graph mode (``clock.Sampler``); cuDNN's
-benchmark mode times GPU time only, which chose the slower step on a host-bound ResNet-20 (0.89x the
-heuristic's on an H200). ``decided`` says which of the two made the choice.
+What a run costs the step, on the CPU and on the GPU: ``host_or_gpu.py``.
 """
 from __future__ import annotations
 
@@ -52,10 +49,11 @@ class Race:
         self.s, self.calls, self.warmup, self.sampler = settings, calls, warmup, sampler
         self.device, self.registry = device, registry
         self.rounds = {name: {} for name in calls}       # name -> round number -> the Sample kept
+        self.retaken = {name: [] for name in calls}      # name -> the samples set aside for waiting
+        self.abandoned, self.failed, self.spent, self.done, self.stuck, self.own_waits = {}, {}, 0.0, 1, {}, {}
         for name, sample in (first or {}).items():       # round 0: the checked calls that are evidence
             self.rounds[name][0] = sample
-        self.retaken = {name: [] for name in calls}      # name -> the samples set aside for waiting
-        self.abandoned, self.failed, self.spent, self.done, self.stuck = {}, {}, 0.0, 1, {}
+            self._count_own_wait(name, sample)
         self.block_costs = {}                            # name -> cost per call in blocks (``blocks``)
         self._order = random.Random(0)
 
@@ -68,11 +66,14 @@ class Race:
     def waited(self, sample) -> bool:
         return sample.wait_share() > self.s.wait_share
 
-    def undisturbed(self, sample) -> bool:
-        """Nothing seen adding time to the run: it waited for no CPU and took no page fault (on a reader that
-        counts both)."""
+    def floor(self, sample) -> float | None:
+        """A lower bound of the call's time with nothing disturbing it: its time less every thread's wait for a
+        CPU (a wait delays the call by at most its length), where it took no page fault; None where the reader
+        counts no waits or no faults (the bound would not hold)."""
         reader = self.sampler.reader
-        return reader.sees_wait and reader.sees_faults and not self.waited(sample) and sample.usage.faults == 0
+        if not (reader.sees_wait and reader.sees_faults) or sample.usage.faults:
+            return None
+        return sample.seconds - sample.usage.waited
 
     def clean_rounds(self, name: str) -> dict:
         """round -> seconds of ``name``'s kept runs that neither waited nor were spikes."""
@@ -189,30 +190,6 @@ class Race:
         return [(ra[r].seconds, rb[r].seconds) for r in sorted(ra.keys() & rb.keys())
                 if self.waited(ra[r]) == self.waited(rb[r])]
 
-    def split_medians(self) -> tuple[dict, dict]:
-        """(name -> median host seconds per call, name -> median GPU seconds), where measured apart."""
-        host = {n: median([s.host for s in r.values()]) for n, r in self.rounds.items()
-                if r and next(iter(r.values())).host is not None}
-        gpu = {n: median([s.gpu for s in r.values()]) for n, r in self.rounds.items() if n in host}
-        return host, gpu
-
-    def decided(self, choice: str) -> str:
-        """Which time made ``choice``: GPU time in graph mode; else host or GPU time, whichever was the larger
-        for it, and the candidate that GPU time alone would have chosen where that differs."""
-        host, gpu = self.split_medians()
-        if choice not in gpu:
-            return ""
-        if self.sampler.graph_mode:
-            return "GPU time (graph mode: the step replays as a CUDA graph, its host cost paid once at capture)"
-        by_gpu = min(gpu, key=gpu.get)
-        which = "host time" if host[choice] > gpu[choice] else "GPU time"
-        why = (f"{which} (eager: a call costs the larger of host {host[choice] * 1e3:.3f} ms and GPU "
-               f"{gpu[choice] * 1e3:.3f} ms)")
-        if by_gpu != choice:
-            why += (f"; by GPU time alone {by_gpu} would have won ({gpu[by_gpu] * 1e3:.3f} ms on the GPU, "
-                    f"{host[by_gpu] * 1e3:.3f} ms on the host)")
-        return why
-
     # ---- running it ---------------------------------------------------------------------------------------
     def run(self) -> None:
         """Rounds over every candidate until each has left the race (module docstring)."""
@@ -249,6 +226,7 @@ class Race:
                 sample = taken[name] = self._take(name)
                 if sample is None:
                     continue
+                self._count_own_wait(name, sample)
                 if attempt < self.s.retakes and self._retake(name, sample, taken):
                     self.retaken[name].append(sample)
                     retaken[name] = True
@@ -266,11 +244,21 @@ class Race:
         """Whether a run is retaken: it waited, its candidate's retakes are not stuck, and it could still be the
         fastest once its waiting is taken off (waiting only adds time: a run whose time less all its threads'
         waiting is over ``settle_ratio`` times the best clean run so far is slow whatever the neighbour did)."""
-        if not self.waited(sample) or self.stuck.get(name, 0) >= 2:
-            return False
+        if not self.waited(sample) or self.stuck.get(name, 0) >= 2 or sample.neighbours == 0:
+            return False            # (no other process runnable as it started: a retake would wait alike)
         clean = [t for n in self.rounds for t in self.clean(n)] + [s.seconds for s in taken.values()
                                                                   if s is not None and not self.waited(s)]
         return not clean or sample.seconds - sample.usage.waited <= self.s.settle_ratio * min(clean)
+
+    def _count_own_wait(self, name: str, sample) -> None:
+        """A sample that waited though no other process had a task runnable as it started waited for its own
+        threads (a BLAS pool beside Numba's on two cores: measured quiet here, ``im2col`` on the 1x1 stride-2
+        layer waited 62% of its time, retaken four times for nothing). It is not retaken, and after two such the
+        candidate is judged on its runs, waits and all, as one whose retakes are stuck."""
+        if self.waited(sample) and sample.neighbours == 0:
+            self.own_waits[name] = self.own_waits.get(name, 0) + 1
+            if self.own_waits[name] >= 2:
+                self.stuck[name] = max(self.stuck.get(name, 0), 2)
 
     def _lead(self, name: str) -> int:
         """Untimed calls before the timed one: one for a short call, from the race's second round on (round 0,
