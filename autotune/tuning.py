@@ -28,8 +28,8 @@
    shared output is poisoned with NaN before each candidate's checked run (``measure.poison``), so one that
    leaves an element unwritten cannot pass on the previous candidate's answer: it is rejected. Before it, the
    device drops what the previous candidate left cached (``before_candidate``: the GPU's memory pool).
-3. The race (``race/rounds.py``): interleaved rounds, one sample of each candidate per round (one call in
-   rounds 0 and 1, which most candidates leave after; a short call twice back to back later), each sample
+3. The race (``race/rounds.py``): interleaved rounds, one sample of each candidate per round (a short call
+   right after an untimed one of its own; most candidates leave after round 0 or 1), each sample
    taken as a step pays for a call (``race/clock.py``: the worker pool awake, the call timed, the threads'
    wait for a CPU read around it, ``race/contention.py``). A sample that waited for a CPU is retaken at the
    end of its round (``retakes`` times at most); a spike (over ``spike_ratio`` times the candidate's fastest,

@@ -122,24 +122,33 @@ def test_prune_ratio_skips_what_the_heuristic_measured_far_slower():
 
 def test_a_short_call_is_timed_right_after_an_untimed_one_of_its_own_and_a_long_one_alone():
     clock = FakeClock()
-    # a's calls after its checked call and its first race sample (the two screening runs) alternate 1 and 1.5 ms:
-    # from the race's second round on each sample is an untimed call (1 ms) then the timed one (1.5 ms); b's
-    # 2.5 ms calls (over pair_below) are timed alone
-    algos = fakes(clock, a=[1e-3, 1e-3] + [1e-3, 1.5e-3] * 40, b=2.5e-3)
+    # a's calls after its checked call alternate 1 and 1.5 ms: each race sample is an untimed call (1 ms) then the
+    # timed one (1.5 ms); b's 2.5 ms calls (over pair_below) are timed alone
+    algos = fakes(clock, a=[1e-3] + [1e-3, 1.5e-3] * 40, b=2.5e-3)
     entry = tuned(clock, algos, pair_below=2e-3)
     runs = entry.runs["a"]
-    assert entry.algo == "a" and entry.samples["a"] == pytest.approx([1e-3, 1e-3] + [1.5e-3] * (runs - 2))
-    # the checked call, the screening run, the pairs, and (a's) the user's call itself
-    assert algos["a"].calls == 1 + 1 + 2 * (runs - 2) + 1 and algos["b"].calls == entry.runs["b"]
+    assert entry.algo == "a" and entry.samples["a"] == pytest.approx([1e-3] + [1.5e-3] * (runs - 1))
+    # the checked call, the pairs, and (a's) the user's call itself
+    assert algos["a"].calls == 1 + 2 * (runs - 1) + 1 and algos["b"].calls == entry.runs["b"]
+    # a's median is of its race samples alone: its checked call, a single call after another candidate's, screens
+    assert entry.times["a"] == pytest.approx(1.5e-3)
 
 
-def test_the_first_round_times_one_call_so_a_candidate_that_leaves_after_it_costs_two():
+def test_a_short_calls_checked_call_screens_but_does_not_settle_it():
     clock = FakeClock()
-    # every call short (under pair_below); far: 1.8x, settled after the first round
+    # every call short (under pair_below). far: 1.8x on its checked call and on one race sample: settled after
+    # the first round, two samples costing three calls
     algos = fakes(clock, best=1e-3, near=1.05e-3, far=1.8e-3)
     entry = tuned(clock, algos, pair_below=4e-3)
-    assert entry.runs["far"] == 2 and algos["far"].calls == 2            # its checked call and one call
-    assert entry.runs["near"] >= 3 and algos["near"].calls == 1 + 1 + 2 * (entry.runs["near"] - 2)
+    assert entry.runs["far"] == 2 and algos["far"].calls == 3
+    assert entry.runs["near"] >= 3 and algos["near"].calls == 1 + 2 * (entry.runs["near"] - 1)
+    # near's checked call came 1.3x (after another candidate's call: a cold cache), its race samples 1.05x: not
+    # settled on the checked call; it races on, paired with best on race samples only
+    algos = fakes(clock, best=1e-3, near=[1.3e-3] + [1.05e-3] * 80)
+    entry = tuned(clock, algos, pair_below=4e-3)
+    assert entry.runs["near"] >= 3 and entry.times["near"] == pytest.approx(1.05e-3)
+    assert entry.verdict["ratio"] == pytest.approx(1.05)
+    # where its checked call took page faults it was a warm-up: then one race sample (an untimed call, the timed)
     algos = fakes(clock, best=1e-3, near=1.05e-3, far=([2e-3, 1.8e-3], {"faults": [100, 0]}))
     entry = tuned(clock, algos, pair_below=4e-3)
-    assert entry.runs["far"] == 1 and algos["far"].calls == 2            # its warm-up and one call
+    assert entry.runs["far"] == 1 and algos["far"].calls == 3

@@ -15,7 +15,7 @@ So a sample is:
 1. ``wake()``: a parallel region that does nothing (``wake_pool``), so every worker is running when the call
    starts, as in a step (a few us with the pool awake; the wake-up cost, when it sleeps, lands here), and,
    just before it, how many tasks of other processes are runnable (the neighbours at that instant);
-2. for a short call (``rounds.py``: under ``pair_below``, from the race's second round on), the call once,
+2. for a short call (``rounds.py``: under ``pair_below``; not in its checked call), the call once,
    untimed: in a step a call follows work on the same pools and caches, and a call right after the tuner's
    own Python, or after another candidate's, does not show what the call itself leaves behind (measured
    quiet here: im2col on the 1x1 stride-2 layer took 0.157 ms a call interleaved with other candidates,

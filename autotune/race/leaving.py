@@ -41,11 +41,12 @@ def continues(race, name: str, leader: str, best: float, over: bool) -> bool:
     s, runs = race.s, race.samples[name]
     if not runs:
         return True                     # its checked call was a warm-up only: it has yet to run
-    clean = race.kept(name) if race.stuck.get(name, 0) >= 2 else race.clean(name)   # its runs wait: judged so
+    clean = race.kept_steps(name) if race.stuck.get(name, 0) >= 2 else race.clean(name)  # its runs wait: so judged
     warm_up = [] if 0 in race.rounds[name] else [race.warmup[name]]    # else its warm-up is run 0
     every = runs + warm_up
+    first = warm_up or ([runs[0]] if race.screening(name) else [])     # the run that is not a step run
     # evidence that it is slow: runs that waited count too (waiting only adds time)
-    evidence = len(race.kept(name)) + any(t <= s.spike_ratio * min(every) for t in warm_up)
+    evidence = len(race.kept_steps(name)) + any(t <= s.spike_ratio * min(every) for t in first)
     floor = max((f for f in map(race.floor, race.rounds[name].values()) if f is not None), default=0.0)
     fastest = min(every)
     if name != leader and best > 0:

@@ -3,12 +3,14 @@ CPU retaken, slow candidates leaving early, until the leaders are known; ``judge
 top two on paired ratios.
 
 Round 0 is the candidates' checked calls (``tuning.py``), each a sample where it compiled nothing and took no
-page fault (``tuning.first_touch_free``; its waits judged as any sample's), else a warm-up only. Then a round takes one
-sample of each candidate still racing, round 1 in ranked order, each later one in a fresh (seeded) order
-(``measure.rotate`` says why). Rounds 0 and 1 screen: one call per sample, where later rounds time a short
-call right after an untimed one of its own (``clock.py``, ``pair_below``: what that corrects, up to ~1.5x for
-a call whose BLAS threads still spin as the next starts, is within ``leaving.py``'s margins), so the many
-candidates that leave after them (most are 1.5-6x the best: settled or abandoned) cost one or two calls. A
+page fault (``tuning.first_touch_free``; its waits judged as any sample's), else a warm-up only. Then a round
+takes one sample of each candidate still racing, round 1 in ranked order, each later one in a fresh (seeded)
+order (``measure.rotate`` says why); a short call (under ``pair_below``) is timed right after an untimed one of
+its own (``clock.py``: as in a step, not after another candidate's call, which cost it up to ~1.5x). A short
+call's checked call, a single call after another candidate's, screens only (``screening``): it may abandon
+the candidate, 3x slower, but its median, settling and pairs are of race samples. So most candidates leave
+after round 0 (abandoned: one call) or round 1 (settled: two or three calls).
+A
 sample whose threads waited for a CPU more than ``wait_share`` of its time (another process had the core) is not evidence of the algorithm's speed: it is set
 aside and retaken at the end of the round, at most ``retakes`` times, so a neighbour that comes and goes in
 bursts of tens of milliseconds is waited out. A neighbour that stays makes every retake wait too: the last
@@ -75,9 +77,23 @@ class Race:
             return None
         return sample.seconds - sample.usage.waited
 
+    def screening(self, name: str) -> bool:
+        """Whether ``name``'s round 0 (its checked call) is screening evidence only: it may abandon the candidate
+        (``leaving.py``) but is not one of the runs its median, its settling and its pairs are made of. So for a
+        short call (under ``pair_below``), whose race samples follow an untimed call of its own, as a step's
+        calls do: its checked call followed another candidate's call and the check's work, which cost up to 1.7x
+        its time in a block (measured here, 2026-12-05: ``direct_channels`` on the 1x1 stride-2 layer, 0.21-0.24
+        ms against 0.14), and settled it behind ``direct`` (0.14) in every import order of the regret bench."""
+        return 0 in self.rounds[name] and self.warmup[name] < self.s.pair_below
+
+    def step_rounds(self, name: str) -> dict:
+        """round -> Sample of ``name``'s kept runs taken as a step pays for a call (all but a screening round 0)."""
+        screened = self.screening(name)
+        return {r: s for r, s in self.rounds[name].items() if r or not screened}
+
     def clean_rounds(self, name: str) -> dict:
-        """round -> seconds of ``name``'s kept runs that neither waited nor were spikes."""
-        quiet = {r: s.seconds for r, s in self.rounds[name].items() if not self.waited(s)}
+        """round -> seconds of ``name``'s step runs (``step_rounds``) that neither waited nor were spikes."""
+        quiet = {r: s.seconds for r, s in self.step_rounds(name).items() if not self.waited(s)}
         keep = without_spikes(list(quiet.values()), self.s.spike_ratio, self.warmup[name])
         low = max(keep, default=-1.0)
         return {r: t for r, t in quiet.items() if t <= low}
@@ -87,16 +103,20 @@ class Race:
         (its waits are its own threads'), every kept run."""
         if self.stuck.get(name, 0) < 2:
             return self.clean_rounds(name)
-        return {r: s.seconds for r, s in self.rounds[name].items()}
+        return {r: s.seconds for r, s in self.step_rounds(name).items()}
 
     def clean(self, name: str) -> list:
         """The seconds of ``name``'s kept runs that neither waited nor were spikes."""
         return list(self.clean_rounds(name).values())
 
+    def kept_steps(self, name: str) -> list:
+        """The seconds of its clean step runs, else (every run waited or spiked: a neighbour that stayed) of all
+        its step runs."""
+        return self.clean(name) or [s.seconds for s in self.step_rounds(name).values()]
+
     def kept(self, name: str) -> list:
-        """The seconds its median is taken over: its clean runs, else (every run waited or spiked: a neighbour
-        that stayed) all its kept runs."""
-        return self.clean(name) or self.samples[name]
+        """The seconds its median is taken over: ``kept_steps``, or before it has any, its screening run."""
+        return self.kept_steps(name) or self.samples[name]
 
     def typical(self, name: str) -> float:
         return median(self.kept(name))
@@ -186,7 +206,7 @@ class Race:
         clean = [(ca[r], cb[r]) for r in sorted(ca.keys() & cb.keys())]
         if len(clean) >= self.s.min_pairs:
             return clean
-        ra, rb = self.rounds[a], self.rounds[b]
+        ra, rb = self.step_rounds(a), self.step_rounds(b)
         return [(ra[r].seconds, rb[r].seconds) for r in sorted(ra.keys() & rb.keys())
                 if self.waited(ra[r]) == self.waited(rb[r])]
 
@@ -261,9 +281,8 @@ class Race:
                 self.stuck[name] = max(self.stuck.get(name, 0), 2)
 
     def _lead(self, name: str) -> int:
-        """Untimed calls before the timed one: one for a short call, from the race's second round on (round 0,
-        the checked calls, and round 1 screen)."""
-        return 1 if self.done > 1 and self.warmup[name] < self.s.pair_below else 0
+        """Untimed calls before the timed one: one for a short call (round 0, the checked calls, had none)."""
+        return 1 if self.warmup[name] < self.s.pair_below else 0
 
     def _take(self, name: str):
         lead = self._lead(name)
