@@ -64,7 +64,7 @@ class Tuner:
                  precision=0.01, abandon_ratio=3.0, settle_ratio=1.1, spike_ratio=1.5, tie_tolerance=0.03,
                  prune_ratio=6.0, wait_share=0.05, retakes=2, reach=1.15, min_pairs=5, max_pairs=12,
                  confidence=0.9, shootout_cap=12.0, contended_share=0.25, block_seconds=0.005, pair_below=0.002,
-                 neighbour_share=0.9, contention_ratio=0.3, reader=None, quiet=None, graph_mode=False):
+                 neighbour_share=0.9, retake_wait=0.03, contention_ratio=0.3, reader=None, quiet=None, graph_mode=False):
         self.algorithms = algorithms
         self.devices = DEVICES if devices is None else list(devices)
         self.benchmark, self.deterministic, self.patience = benchmark, deterministic, patience
@@ -78,7 +78,7 @@ class Tuner:
         self.min_pairs, self.max_pairs, self.shootout_cap = min_pairs, max_pairs, shootout_cap
         self.contended_share, self.block_seconds, self.pair_below = contended_share, block_seconds, pair_below
         self.contention_ratio, self.graph_mode = contention_ratio, graph_mode
-        self.neighbour_share = neighbour_share
+        self.neighbour_share, self.retake_wait = neighbour_share, retake_wait
         self.reader = contention.reader() if reader is None else reader
         self.quiet = QuietWatch(self.reader) if quiet is None else quiet
         self.fleet = None

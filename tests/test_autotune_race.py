@@ -87,6 +87,34 @@ def test_a_run_that_waited_for_a_cpu_is_retaken_and_does_not_decide():
     assert entry.waited["b"] > 0 and entry.waited["a"] == 0
 
 
+class ScriptedReader(FakeReader):
+    """Other processes' runnable tasks read from a script, one value a reading (then 0), and every reading kept."""
+
+    def __init__(self, clock, script):
+        super().__init__(clock)
+        self.script, self.readings = list(script), []
+
+    def runnable_others(self) -> int:
+        self.readings.append(self.script.pop(0) if self.script else 0)
+        return self.readings[-1]
+
+
+def test_a_retake_waits_for_a_neighbour_that_comes_and_goes_to_yield_but_not_for_one_that_stays():
+    clock = FakeClock()
+    # readings before a's and b's checked calls and a's first sample: nobody; before b's first sample (which
+    # waits 0.4 ms) a neighbour: it came and went, so before the retake the count is polled until it reads 0
+    algos = fakes(clock, a=1e-3, b=([0.8e-3, 1.2e-3, 0.8e-3], {"waits": [0.0, 0.4e-3, 0.0]}))
+    reader = ScriptedReader(clock, [0, 0, 0, 1, 1, 1, 0])
+    entry = tuned(clock, algos, reader=reader)
+    assert entry.algo == "b" and entry.retaken == {"b": 1} and reader.readings[:8] == [0, 0, 0, 1, 1, 1, 0, 0]
+    # a neighbour seen before every sample stays: no polling, one reading per sample
+    algos = fakes(clock, a=1e-3, b=([0.8e-3, 1.2e-3, 0.8e-3], {"waits": [0.0, 0.4e-3, 0.0]}))
+    reader = ScriptedReader(clock, [1] * 1000)
+    entry = tuned(clock, algos, reader=reader)
+    taken = sum(entry.runs.values()) + sum(entry.retaken.values())
+    assert len(reader.readings) == taken and entry.provisional
+
+
 def test_a_winner_left_with_few_runs_is_retimed():
     clock = FakeClock()
     # b leads after one round, so a stops early; then b slows down and a, timed once, has the best median

@@ -114,7 +114,7 @@ def choose(race, preference, settings) -> tuple[str, list, Verdict | None]:
     if race.contended():
         # a neighbour was there most of the time: what is fastest under it, by blocks (the choice is
         # provisional, and raced again once the machine is quiet: ``provisional.py``)
-        cost = race.blocks(sorted(race.rounds, key=race.mean_cost)[:3], settings.block_seconds)
+        cost = blocks(race, sorted(race.rounds, key=race.mean_cost)[:3], settings.block_seconds)
         best = min(cost.values())
         tied = sorted((n for n in cost if cost[n] <= (1 + settings.tie_tolerance) * best), key=cost.get)
         return min(tied, key=preference), tied, None
@@ -130,3 +130,22 @@ def choose(race, preference, settings) -> tuple[str, list, Verdict | None]:
     best = race.typical(leader)
     tied = [leader, order[1]] + [n for n in order[2:] if race.typical(n) <= (1 + verdict.band) * best]
     return min(tied, key=preference), tied, verdict
+
+
+def blocks(race, names: list, seconds: float, rounds: int = 3) -> dict:
+    """name -> the median over ``rounds`` interleaved rounds of its cost per call in a block of back-to-back calls
+    lasting about ``seconds`` (``clock.Sampler.take_block``), kept in ``race.block_costs``; the blocks' time
+    counts in ``race.spent``."""
+    size = {n: max(1, round(seconds / max(race.mean_cost(n), 1e-9))) for n in names}
+    costs = {n: [] for n in names}
+    for _ in range(rounds):
+        race.order_rng.shuffle(names)
+        for name in names:
+            try:
+                sample = race.sampler.take_block(race.calls[name], size[name])
+            except Exception:  # noqa: BLE001 - it ran before; failing now, it keeps its runs' mean
+                continue
+            costs[name].append(sample.seconds)
+            race.spent += sample.seconds * size[name]
+    race.block_costs = {n: median(c) if c else race.mean_cost(n) for n, c in costs.items()}
+    return race.block_costs

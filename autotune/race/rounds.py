@@ -10,14 +10,17 @@ its own (``clock.py``: as in a step, not after another candidate's call, which c
 call's checked call, a single call after another candidate's, screens only (``screening``): it may abandon
 the candidate, 3x slower, but its median, settling and pairs are of race samples. So most candidates leave
 after round 0 (abandoned: one call) or round 1 (settled: two or three calls).
-A
-sample whose threads waited for a CPU more than ``wait_share`` of its time (another process had the core) is not evidence of the algorithm's speed: it is set
-aside and retaken at the end of the round, at most ``retakes`` times, so a neighbour that comes and goes in
-bursts of tens of milliseconds is waited out. A neighbour that stays makes every retake wait too: the last
-one is kept, marked, and the choice made on such samples is provisional (``provisional.py``); a candidate
-whose retakes came back waiting in two rounds in a row is retaken no more (they would only triple its
-cost) and is judged on its runs, waits and all. Its waits may be its own: a candidate that runs a BLAS pool
-beside Numba's has three threads for two cores, quiet machine or not.
+
+A sample whose threads waited for a CPU more than ``wait_share`` of its time (another process had the core) is
+not evidence of the algorithm's speed: it is set aside and retaken at the end of the round, at most ``retakes``
+times, so a neighbour that comes and goes in bursts of tens of milliseconds is waited out (the retakes first
+wait, up to ``retake_wait``, for a moment when no other process is runnable). A neighbour that stays makes
+every retake wait too: the last one is kept, marked, and the choice made on such samples is provisional
+(``provisional.py``); a candidate whose retakes came back waiting in two rounds in a row is retaken no more
+(they would only triple its cost) and is judged on its runs, waits and all. Its waits may be its own: a
+candidate that runs a BLAS pool beside Numba's has three threads for two cores, quiet machine or not; a
+sample that waited with no other process runnable as it started is not retaken, and two such make the
+candidate judged so (``_count_own_wait``).
 
 After each round the candidates that have their answer leave the race (``leaving.py``: abandoned, settled or
 done). A candidate that stopped early behind a leader that then slowed down may end up leading on one or two
@@ -37,6 +40,7 @@ What a run costs the step, on the CPU and on the GPU: ``host_or_gpu.py``.
 from __future__ import annotations
 
 import random
+import time
 
 from ..measure import median, without_spikes
 from .leaving import still_active
@@ -56,8 +60,8 @@ class Race:
         for name, sample in (first or {}).items():       # round 0: the checked calls that are evidence
             self.rounds[name][0] = sample
             self._count_own_wait(name, sample)
-        self.block_costs = {}                            # name -> cost per call in blocks (``blocks``)
-        self._order = random.Random(0)
+        self.block_costs = {}                            # name -> cost per call in blocks (``judge.blocks``)
+        self.order_rng = random.Random(0)
 
     # ---- what has been measured -----------------------------------------------------------------------
     @property
@@ -156,23 +160,6 @@ class Race:
                 if s.neighbours is not None]
         return sum(v > 0 for v in seen) / len(seen) if seen else None
 
-    def blocks(self, names: list, seconds: float, rounds: int = 3) -> dict:
-        """name -> the median over ``rounds`` interleaved rounds of its cost per call in a block of back-to-back
-        calls lasting about ``seconds`` (``clock.Sampler.take_block``); the blocks' time counts in ``spent``."""
-        size = {n: max(1, round(seconds / max(self.mean_cost(n), 1e-9))) for n in names}
-        costs = {n: [] for n in names}
-        for _ in range(rounds):
-            self._order.shuffle(names)
-            for name in names:
-                try:
-                    sample = self.sampler.take_block(self.calls[name], size[name])
-                except Exception:  # noqa: BLE001 - it ran before; failing now, it keeps its runs' mean
-                    continue
-                costs[name].append(sample.seconds)
-                self.spent += sample.seconds * size[name]
-        self.block_costs = {n: median(c) if c else self.mean_cost(n) for n, c in costs.items()}
-        return self.block_costs
-
     def mean_cost(self, name: str) -> float:
         """The mean of every run of ``name`` taken, retaken ones included: what a call costs on average under
         the conditions measured, waits and all (each run is an independent draw of them)."""
@@ -238,9 +225,11 @@ class Race:
         candidate whose retakes came back waiting in its last two rounds (``stuck``)."""
         names = list(names)
         if self.done > 1:
-            self._order.shuffle(names)
+            self.order_rng.shuffle(names)
         retaken, taken = {}, {}
         for attempt in range(self.s.retakes + 1):
+            if attempt and names:
+                self._await_quiet()
             again = []
             for name in names:
                 sample = taken[name] = self._take(name)
@@ -269,6 +258,19 @@ class Race:
         clean = [t for n in self.rounds for t in self.clean(n)] + [s.seconds for s in taken.values()
                                                                   if s is not None and not self.waited(s)]
         return not clean or sample.seconds - sample.usage.waited <= self.s.settle_ratio * min(clean)
+
+    def _await_quiet(self) -> None:
+        """Before a round's retakes, where other processes came and went in this race (seen runnable before
+        some samples, not before others), wait up to ``retake_wait`` seconds for a moment when none is runnable
+        (the runnable count polled every 0.5 ms), so the retakes run in a gap between a bursty neighbour's
+        bursts rather than in the burst that spoiled the runs. A neighbour seen before nearly every sample
+        (``neighbour_share``) stays: it is not waited for."""
+        seen = self.neighbour_share_seen()
+        if seen is None or not 0 < seen < self.s.neighbour_share:
+            return
+        deadline = time.perf_counter() + self.s.retake_wait
+        while self.sampler.reader.runnable_others() and time.perf_counter() < deadline:
+            time.sleep(0.0005)
 
     def _count_own_wait(self, name: str, sample) -> None:
         """A sample that waited though no other process had a task runnable as it started waited for its own
