@@ -71,7 +71,7 @@ COLUMNS = (("median ms", 11), ("kept", 6), ("retaken", 9), ("waited", 8), ("spik
            ("JIT ms", 10), ("error", 10), ("workspace MiB", 15))
 #: Entry fields left out of its dict when empty.
 OPTIONAL = ("nonfinite", "jit", "retaken", "waited", "verdict", "provisional", "reraced", "mean_times", "host_times",
-            "gpu_times", "decided")
+            "gpu_times", "decided", "calls", "spent")
 #: fields of older files, read as: "contended" (the spike rule's mark) is a provisional mark; "confirmed" is gone.
 LEGACY = {"contended": "provisional", "confirmed": None}
 #: the columns of a GPU entry whose race measured host and GPU time apart (``race.py``).
@@ -109,6 +109,9 @@ class Entry:
     shoot-out of the top two (``race/judge.py``: ratio, interval, pairs, outcome), empty when the runner-up
     was out of reach; ``provisional``: why the choice rests on runs that waited ("" when it does not:
     ``race/provisional.py``); ``reraced``: how many times this key was raced again once the machine was quiet;
+    ``calls`` and ``spent``: name -> how many calls it made while tuned (its checked call, a second one after
+    JIT, the untimed call before each short timed one, the runs retaken, the blocks) and their seconds, the
+    JIT call's apart;
     ``mean_times``: the race was contended most of the time, so ``times`` are means, waits included: per call
     in blocks of back-to-back calls for the three it ran so, of every run taken for the others
     (``race/judge.py``), not medians of clean runs.
@@ -144,6 +147,8 @@ class Entry:
     host_times: dict = field(default_factory=dict)
     gpu_times: dict = field(default_factory=dict)
     decided: str = ""
+    calls: dict = field(default_factory=dict)
+    spent: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = asdict(self)

@@ -188,6 +188,8 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     entry.samples = dict(race.samples)
     entry.spikes = {n: k for n, k in race.spikes().items() if k}
     entry.retaken = {n: len(r) for n, r in race.retaken.items() if r}
+    entry.calls = {n: 1 + (n in entry.jit) + race.calls_by.get(n, 0) for n in entry.warmup}  # checked, warmed again
+    entry.spent = {n: entry.warmup[n] + race.spent_by.get(n, 0.0) for n in entry.warmup}
     entry.waited = {n: round(race.wait_share(n), 4) for n in race.rounds}
     entry.verdict = verdict.to_dict() if verdict else {}
     entry.abandoned = race.abandoned

@@ -160,6 +160,10 @@ def test_a_short_call_is_timed_right_after_an_untimed_one_of_its_own_and_a_long_
     assert algos["a"].calls == 1 + 2 * (runs - 1) + 1 and algos["b"].calls == entry.runs["b"]
     # a's median is of its race samples alone: its checked call, a single call after another candidate's, screens
     assert entry.times["a"] == pytest.approx(1.5e-3)
+    # the entry counts every call each made while tuned, and their seconds
+    assert entry.calls == {"a": algos["a"].calls - 1, "b": algos["b"].calls}
+    assert entry.spent["b"] == pytest.approx(2.5e-3 * algos["b"].calls)
+    assert entry.spent["a"] == pytest.approx(1e-3 + 2 * 1.5e-3 * (runs - 1))   # an untimed call counted as the timed
 
 
 def test_a_short_calls_checked_call_screens_but_does_not_settle_it():

@@ -20,6 +20,7 @@ def test_jit_is_measured_apart_and_a_first_call_that_compiled_is_warmed_up_again
     # seen adding to it (no page fault, no wait), the race's first sample
     assert entry.warmup["compiles"] == pytest.approx(1e-3)
     assert algos["compiles"].calls == entry.runs["compiles"] + 2       # the JIT call, the runs, the call itself
+    assert entry.calls["compiles"] == entry.runs["compiles"] + 1        # all but the user's call
     assert entry.samples["compiles"] == pytest.approx([1e-3] * entry.runs["compiles"])
     # loads: a little JIT (loading from the cache) is JIT all the same: warmed up again, the JIT out of it
     assert entry.warmup["loads"] == pytest.approx(2e-3) and algos["loads"].calls == entry.runs["loads"] + 1

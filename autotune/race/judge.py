@@ -147,5 +147,7 @@ def blocks(race, names: list, seconds: float, rounds: int = 3) -> dict:
                 continue
             costs[name].append(sample.seconds)
             race.spent += sample.seconds * size[name]
+            race.spent_by[name] += sample.seconds * size[name]
+            race.calls_by[name] += size[name]
     race.block_costs = {n: median(c) if c else race.mean_cost(n) for n, c in costs.items()}
     return race.block_costs

@@ -57,6 +57,8 @@ class Race:
         self.rounds = {name: {} for name in calls}       # name -> round number -> the Sample kept
         self.retaken = {name: [] for name in calls}      # name -> the samples set aside for waiting
         self.abandoned, self.failed, self.spent, self.done, self.stuck, self.own_waits = {}, {}, 0.0, 1, {}, {}
+        self.calls_by = {name: 0 for name in calls}      # name -> calls made in the race (untimed ones included)
+        self.spent_by = {name: 0.0 for name in calls}    # name -> their seconds (an untimed call: as the timed)
         for name, sample in (first or {}).items():       # round 0: the checked calls that are evidence
             self.rounds[name][0] = sample
             self._count_own_wait(name, sample)
@@ -296,4 +298,6 @@ class Race:
             del self.rounds[name], self.retaken[name]
             return None
         self.spent += sample.seconds * (1 + lead)          # the untimed call costs about as much
+        self.spent_by[name] += sample.seconds * (1 + lead)
+        self.calls_by[name] += 1 + lead
         return sample

@@ -82,22 +82,27 @@ off_entry, on_entry = list(off.dispatch_table())[0], list(on.dispatch_table())[0
 print(on.dispatch_table())
 
 # %% [markdown]
-# Where did the tuning's seconds go? Each candidate cost its warm-up (the checked first run) and its timed
-# runs (those the table keeps: `entry.samples`); a candidate far slower than the best is abandoned after two or
-# three runs, but those runs are paid. The rest of the tuning is the reference check, any runs retaken because
-# they waited for a CPU, and the race's bookkeeping:
+# Where did the tuning's seconds go? Each candidate's calls are in the entry (`entry.calls`, `entry.spent`): its
+# checked call (the float64 check needs one real call; where it touched no fresh memory it is also the race's
+# first run), then its race samples, a short call timed right after an untimed one of its own (as a step runs
+# it). A candidate 3x slower than the best leaves after one or two calls, the close ones run on. The rest of the
+# tuning is Numba loading each candidate's kernels on its first call (JIT, kept out of every time), the check (the
+# float64 reference on a sample, and two passes over the whole output per candidate: filled with NaN before its
+# checked call, the NaN left counted after) and the race's bookkeeping:
 
 # %%
-cost = {n: on_entry.warmup.get(n, 0.0) + sum(on_entry.samples.get(n, [])) for n in on_entry.times}
+cost = dict(on_entry.spent)
 statistic = "mean" if getattr(on_entry, "mean_times", False) else "median"     # the table's (a contended race: mean)
 for n in sorted(cost, key=cost.get, reverse=True):
-    print(f"{n:<20}{cost[n]:7.3f} s  ({len(on_entry.samples.get(n, []))} timed runs + warm-up, {statistic} "
-          f"{on_entry.times[n] * 1e3:.1f} ms)")
+    timed = f"{statistic} {on_entry.times[n] * 1e3:.1f} ms" if n in on_entry.times else on_entry.skipped.get(n, "")
+    print(f"{n:<20}{cost[n]:7.3f} s  ({on_entry.calls[n]} calls, {len(on_entry.samples.get(n, []))} timed runs kept, "
+          f"{timed[:60]})")
 assert on_entry.algo in on_entry.tied or on_entry.times[on_entry.algo] == min(on_entry.times.values())
 costliest = max(cost, key=cost.get)
-print(f"\ntuning {on_entry.tuning_seconds:.2f} s: the candidates' runs above {sum(cost.values()):.2f} s, of which "
+print(f"\ntuning {on_entry.tuning_seconds:.2f} s: the candidates' calls above {sum(cost.values()):.2f} s, of which "
       f"{costliest} {cost[costliest]:.2f} s ({cost[costliest] / on_entry.tuning_seconds:.0%} of the tuning); the rest "
-      f"{on_entry.tuning_seconds - sum(cost.values()):.2f} s. The chosen {on_entry.algo} runs in "
+      f"{on_entry.tuning_seconds - sum(cost.values()):.2f} s, of which Numba loading kernels (JIT) "
+      f"{sum(on_entry.jit.values()):.2f} s. The chosen {on_entry.algo} runs in "
       f"{on_entry.times[on_entry.algo] * 1e3:.1f} ms")
 
 # %%
