@@ -14,8 +14,9 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
 4. bursty: a tuning beside neighbours that come and go on every core;
 5. the judge, quietly, twice: every algorithm that supports the pass, timed as a step pays for a call
    (``regret_layers.judge``: blocks of back-to-back calls with the pool awake, ``--rounds`` interleaved
-   rounds, medians; under the steady neighbour the same, waits included), once after the warm phase and once
-   last, a minute or two apart. A choice's regret is its time over the best time, less one, both the mean of
+   rounds, medians; quietly each round goes over every layer before the next, ``judge_layers``, so a layer's
+   rounds span the pass rather than one of the machine's slow phases; under the steady neighbour the same,
+   waits included), once after the warm phase and once last, a minute or two apart. A choice's regret is its time over the best time, less one, both the mean of
    the two passes. The two passes also judge each other (the first's fastest timed by the second): the noise
    floor of any regret here. This machine (a 2-core VM) changes speed every few seconds, quiet as it is,
    and slows algorithms unequally (``bench.speed_states``, ``cpu-speed-states.md``: on the 1x1 stride-2
@@ -46,7 +47,7 @@ def child(args) -> dict:
     import autotune
     from autotune.race.contention import machine_wait_share
     from bench.neighbours import neighbour
-    from bench.regret_layers import LAYERS, Layer, judge
+    from bench.regret_layers import LAYERS, Layer, judge, judge_layers
 
     layers = [Layer(*spec) for spec in LAYERS[:args.layers]]
     out = {"layers": [l.name for l in layers], "ops": [l.op for l in layers], "quiet": {}}
@@ -65,7 +66,7 @@ def child(args) -> dict:
         out["quiet"][phase] = machine_wait_share(0.2)
         out[phase] = [tune(l)[1] for l in layers]
     out["quiet"]["judge 1"] = machine_wait_share(0.2)
-    out["judge_quiet_1"] = [judge(l, args.rounds) for l in layers]
+    out["judge_quiet_1"] = judge_layers(layers, args.rounds)
     with neighbour("steady"):
         tuners, out["steady"], out["judge_steady"] = [], [], []
         for layer in layers:
@@ -84,7 +85,7 @@ def child(args) -> dict:
     with neighbour("bursty"):
         out["bursty"] = [tune(l)[1] for l in layers]
     out["quiet"]["judge 2"] = machine_wait_share(0.2)
-    out["judge_quiet_2"] = [judge(l, args.rounds) for l in layers]
+    out["judge_quiet_2"] = judge_layers(layers, args.rounds)
     out["judge_quiet"] = [{n: (one[n] + two[n]) / 2 for n in one}
                           for one, two in zip(out["judge_quiet_1"], out["judge_quiet_2"])]
     out["threads"], out["numpy"] = __import__("numba").get_num_threads(), np.__version__

@@ -71,29 +71,56 @@ def block(call, size: int) -> float:
     return (time.perf_counter() - start) / size
 
 
-def judge(layer: Layer, rounds: int, block_seconds: float = 0.01) -> dict:
-    """name -> seconds per call of every algorithm supporting the layer's pass, as a step pays for it: blocks of
-    back-to-back calls (about ``block_seconds`` each, the first call of a block untimed, the pool woken
-    before it), one block of each algorithm per round in a seeded shuffled order, the median over ``rounds``
-    rounds. Under a neighbour a block's time holds the waits as a step meets them: its mean cost there. An
+class Judge:
+    """One layer's judge: every CPU algorithm that supports the layer's pass, timed as a step pays for a call:
+    blocks of back-to-back calls (about ``block_seconds`` each, the first call of a block untimed, the pool woken
+    before it), one block of each algorithm per round in a seeded shuffled order; ``times()`` the median over
+    the rounds. Under a neighbour a block's time holds the waits as a step meets them: its mean cost there. An
     algorithm whose first block took over ``SLOW`` times the best first block is timed in that one block only
     (it cannot be the best; its figure is still its cost, for a tuner that chose it)."""
-    out = np.empty(layer.p.result_shape(layer.op), np.float32)
-    calls = {name: (lambda alg=alg: convalgos.run(alg, layer.op, layer.a, layer.b, layer.p, out))
-             for name, alg in convalgos.ALGORITHMS.items() if alg.supports(layer.p, layer.op)}
-    once = {}
-    for name, call in calls.items():
-        call()
-        start = time.perf_counter()
-        call()
-        once[name] = time.perf_counter() - start
-    size = {name: max(1, round(block_seconds / t)) for name, t in once.items()}
-    samples = {name: [block(call, size[name])] for name, call in calls.items()}
-    best = min(s[0] for s in samples.values())
-    racing = [name for name, s in samples.items() if s[0] <= SLOW * best]
-    order = random.Random(0)
+
+    def __init__(self, layer: Layer, block_seconds: float = 0.01):
+        out = np.empty(layer.p.result_shape(layer.op), np.float32)
+        self.calls = {name: (lambda alg=alg: convalgos.run(alg, layer.op, layer.a, layer.b, layer.p, out))
+                      for name, alg in convalgos.ALGORITHMS.items() if alg.supports(layer.p, layer.op)}
+        once = {}
+        for name, call in self.calls.items():
+            call()
+            start = time.perf_counter()
+            call()
+            once[name] = time.perf_counter() - start
+        self.size = {name: max(1, round(block_seconds / t)) for name, t in once.items()}
+        self.samples = {name: [block(call, self.size[name])] for name, call in self.calls.items()}
+        best = min(s[0] for s in self.samples.values())
+        self.racing = [name for name, s in self.samples.items() if s[0] <= SLOW * best]
+        self.order = random.Random(0)
+
+    def round(self) -> None:
+        self.order.shuffle(self.racing)
+        for name in self.racing:
+            self.samples[name].append(block(self.calls[name], self.size[name]))
+
+    def times(self) -> dict:
+        return {name: median(s) for name, s in self.samples.items()}
+
+
+def judge(layer: Layer, rounds: int, block_seconds: float = 0.01) -> dict:
+    """name -> seconds per call of every algorithm supporting the layer's pass (``Judge``), ``rounds`` rounds
+    back to back."""
+    one = Judge(layer, block_seconds)
     for _ in range(rounds - 1):
-        order.shuffle(racing)
-        for name in racing:
-            samples[name].append(block(calls[name], size[name]))
-    return {name: median(s) for name, s in samples.items()}
+        one.round()
+    return one.times()
+
+
+def judge_layers(layers: list, rounds: int, block_seconds: float = 0.01) -> list:
+    """``judge`` of every layer, its rounds spread over the whole pass: round r of every layer, then round r + 1.
+    This machine has slow phases of a few seconds that slow every algorithm 1.6-1.9x and at times one more than
+    another (``cpu-speed-states.md``); one layer's rounds back to back (~0.5 s) can sit inside one, and the judge
+    would disagree with itself by its swing. Spread over the pass (10-20 s), each layer's median is of the
+    phases a run of that length meets."""
+    judges = [Judge(layer, block_seconds) for layer in layers]
+    for _ in range(rounds - 1):
+        for one in judges:
+            one.round()
+    return [one.times() for one in judges]
