@@ -36,11 +36,15 @@ def thread_cpu():
             except OSError:
                 pass
     return out
-def idle_burn(call, windows=3, idle=0.15):
-    """CPU seconds the other threads burn in ``idle`` s of sleep after ``call()``, summed over ``windows``."""
+def idle_burn(call, windows=3, idle=0.15, settle=0.002):
+    """CPU seconds the other threads burn in ``idle`` s of sleep after ``call()``, summed over ``windows``; the
+    window opens ``settle`` s after the call: a thread's CPU time is booked when it stops or at a scheduler
+    tick (4 ms here), so a worker read while finishing the call's last region books up to a tick of the call's
+    own work inside the window (0-5.3 ms seen over 3 windows)."""
     total = 0.0
     for _ in range(windows):
         call()
+        time.sleep(settle)
         before = thread_cpu(); time.sleep(idle); after = thread_cpu()
         total += sum(v - before.get(t, 0.0) for t, v in after.items())
     return total
