@@ -23,9 +23,9 @@
    any, the candidate warms up again (and prepares again) and the race and the table use that second call,
    so compilation is in no number the race compares (on a first run, 4-16 s of a first call). The checked
    call is timed as a race sample (the pool woken, the readings around it): where it compiled nothing and took
-   no page fault (``first_touch_free``), it is the race's round 0, its waits judged as any sample's; else (a first call
-   touching its workspace's fresh pages: up to 7x a later one, measured) a warm-up only. The
-   shared output is poisoned with NaN before each candidate's checked run (``measure.poison``), so one that
+   no page fault (``first_touch_free``), it is the race's round 0, its waits judged as any sample's; else (a
+   first call touching its workspace's fresh pages: up to 7x a later one, measured) a warm-up only. The shared
+   output is poisoned with NaN before each candidate's checked run (``measure.poison``), so one that
    leaves an element unwritten cannot pass on the previous candidate's answer: it is rejected. Before it, the
    device drops what the previous candidate left cached (``before_candidate``: the GPU's memory pool).
 3. The race (``race/rounds.py``): interleaved rounds, one sample of each candidate per round (a short call
@@ -174,6 +174,7 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
             calls[name] = call
             if not jit.seconds and first_touch_free(checked, sampler):
                 first[name] = checked
+    reader.refresh()          # threads the candidates started (a BLAS pool at its first product): read in the race
     race = Race(tuner, calls, entry.warmup, sampler, device, registry, first)
     race.run()
     skipped.update(race.failed)

@@ -16,12 +16,13 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
    (``regret_layers.judge``: blocks of back-to-back calls with the pool awake, ``--rounds`` interleaved
    rounds, medians; quietly each round goes over every layer before the next, ``judge_layers``, so a layer's
    rounds span the pass rather than one of the machine's slow phases; under the steady neighbour the same,
-   waits included), once after the warm phase and once last, a minute or two apart. A choice's regret is its time over the best time, less one, both the mean of
-   the two passes. The two passes also judge each other (the first's fastest timed by the second): the noise
-   floor of any regret here. This machine (a 2-core VM) changes speed every few seconds, quiet as it is,
-   and slows algorithms unequally (``bench.speed_states``, ``cpu-speed-states.md``: on the 1x1 stride-2
-   layer, ``direct`` over ``direct_channels`` between 0.81-0.84 and 1.18-1.42 within 45 s in each import
-   order, each 1.65-2.36x its fastest at its slowest), so a choice right in one moment can read as a regret in the next.
+   waits included), once after the warm phase and once last, a minute or two apart. A choice's regret is its
+   time over the best time, less one, both the mean of the two passes. The two passes also judge each other
+   (the first's fastest timed by the second): the noise floor of any regret here. This machine (a 2-core VM)
+   changes speed every few seconds, quiet as it is, and slows algorithms unequally (``bench.speed_states``,
+   ``cpu-speed-states.md``: on the 1x1 stride-2 layer, ``direct`` over ``direct_channels`` between 0.81-0.84
+   and 1.18-1.42 within 45 s in each import order, each 1.65-2.36x its fastest at its slowest), so a choice
+   right in one moment can read as a regret in the next.
 
 The tuning cost is a tuning's seconds over the quiet judge's time of the algorithm it chose (JIT excluded).
 Before each phase the machine's contention is probed from outside (``machine_wait_share``), so the record
