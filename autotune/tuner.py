@@ -61,11 +61,11 @@ class Tuner:
     def __init__(self, algorithms=None, *, devices=None, benchmark=False, deterministic=False,
                  benchmark_limit=None, workspace_limit=None, patience=None, timer=None, heuristics=None,
                  cache_path=None, retune_warning=8, time_budget=1.0, cost_cap=10.0, min_runs=3, max_runs=50,
-                 precision=0.01, abandon_ratio=3.0, settle_ratio=1.1, spike_ratio=1.5, tie_tolerance=0.03,
-                 prune_ratio=6.0, wait_share=0.05, retakes=2, reach=1.15, min_pairs=5, max_pairs=12,
-                 confidence=0.9, shootout_cap=12.0, contended_share=0.25, block_seconds=0.005, pair_below=0.002,
-                 neighbour_share=0.9, retake_wait=0.03, contention_ratio=0.3, reader=None, quiet=None,
-                 graph_mode=False):
+                 precision=0.01, screen_ratio=2.0, abandon_ratio=3.0, settle_ratio=1.1, spike_ratio=1.5,
+                 tie_tolerance=0.03, prune_ratio=6.0, wait_share=0.05, retakes=2, reach=1.15, min_pairs=5,
+                 max_pairs=12, confidence=0.9, shootout_cap=12.0, contended_share=0.25, block_seconds=0.005,
+                 pair_below=0.002, neighbour_share=0.9, retake_wait=0.03, contention_ratio=0.3, reader=None,
+                 quiet=None, graph_mode=False):
         self.algorithms = algorithms
         self.devices = DEVICES if devices is None else list(devices)
         self.benchmark, self.deterministic, self.patience = benchmark, deterministic, patience
@@ -74,6 +74,7 @@ class Tuner:
         self.heuristics = Heuristics.from_file() if heuristics is None else heuristics
         self.time_budget, self.cost_cap, self.min_runs, self.max_runs = time_budget, cost_cap, min_runs, max_runs
         self.precision, self.abandon_ratio, self.settle_ratio = precision, abandon_ratio, settle_ratio
+        self.screen_ratio = screen_ratio
         self.spike_ratio, self.tie_tolerance, self.prune_ratio = spike_ratio, tie_tolerance, prune_ratio
         self.wait_share, self.retakes, self.reach, self.confidence = wait_share, retakes, reach, confidence
         self.min_pairs, self.max_pairs, self.shootout_cap = min_pairs, max_pairs, shootout_cap

@@ -33,8 +33,8 @@
    taken as a step pays for a call (``race/clock.py``: the worker pool awake, the call timed, the threads'
    wait for a CPU read around it, ``race/contention.py``). A sample that waited for a CPU is retaken at the
    end of its round (``retakes`` times at most); a spike (over ``spike_ratio`` times the candidate's fastest,
-   its warm-up included) is no evidence either. Clearly slower candidates leave early (``abandon_ratio``,
-   ``settle_ratio``); the others run until ``min_runs`` clean runs give their median to ``precision`` or the
+   its warm-up included) is no evidence either. Clearly slower candidates leave early (``screen_ratio`` after
+   round 0, ``abandon_ratio``, ``settle_ratio``); the others run until ``min_runs`` clean runs give their median to ``precision`` or the
    rounds have cost ``cost_cap`` times the best median (``time_budget`` seconds at most).
 4. The judge (``race/judge.py``): when the runner-up's median is within ``reach`` of the leader's, a paired
    shoot-out of the two decides on the median of their per-round ratios and its distribution-free interval:

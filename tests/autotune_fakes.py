@@ -30,6 +30,7 @@ class FakeClock:
         self.now, self.waited, self.cpu, self.others, self._lock = 0.0, 0.0, 0.0, 0.0, threading.Lock()
         self.faults = 0              # page faults the fakes' calls took (``Fake``'s ``faults``)
         self.busy_until = 0.0        # a neighbour process runs until then (fakes with ``busy`` slow down)
+        self.last = None             # the fake that ran last (fakes with ``cold`` pay it after another's call)
 
     def __call__(self) -> float:
         return self.now
@@ -86,11 +87,12 @@ class Fake(Algorithm):
     compiler lock (the event ``autotune.jit`` listens to), on top of its cost. ``waits``: seconds the threads
     wait for a CPU during each call (a list like ``cost``), read by ``FakeReader``; ``faults``: page faults each
     call takes (a list like ``cost``: a first call touching fresh memory); ``busy``: (cost, waits) of a
-    call made while a neighbour runs (before the clock's ``busy_until``)."""
+    call made while a neighbour runs (before the clock's ``busy_until``); ``cold``: seconds a call costs on top
+    when the call before it was another fake's (its caches and pools taken over)."""
 
     def __init__(self, name, clock, cost, *, deterministic=True, workspace=0, wrong=None, only_3x3=False,
                  sleep=0.0, raises=None, raise_from=0, flops=None, pass_cost=None, jit=0.0, waits=0.0,
-                 busy=None, faults=0):
+                 busy=None, faults=0, cold=0.0):
         super().__init__()
         self.name, self.clock, self.costs = name, clock, list(cost) if isinstance(cost, (list, tuple)) else [cost]
         self.deterministic, self.ws, self.wrong, self.only_3x3, self.sleep = (deterministic, workspace, wrong,
@@ -100,7 +102,7 @@ class Fake(Algorithm):
         self.calls, self.outputs, self.jit = 0, [], jit
         self.waits = list(waits) if isinstance(waits, (list, tuple)) else [waits]
         self.faults = list(faults) if isinstance(faults, (list, tuple)) else [faults]
-        self.busy = busy
+        self.busy, self.cold = busy, cold
 
     def constraints(self, p, op):
         if self.only_3x3 and (p.R, p.S) != (3, 3):
@@ -137,6 +139,9 @@ class Fake(Algorithm):
             self.clock.advance(costs[min(self.calls - 1, len(costs) - 1)],
                                self.waits[min(self.calls - 1, len(self.waits) - 1)],
                                faults=self.faults[min(self.calls - 1, len(self.faults) - 1)])
+        if self.cold and self.clock.last is not self:
+            self.clock.advance(self.cold)
+        self.clock.last = self
         if self.sleep:
             time.sleep(self.sleep)
 

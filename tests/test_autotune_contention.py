@@ -56,8 +56,9 @@ def test_a_neighbour_that_stays_gives_a_provisional_choice_raced_again_once_quie
 
 def test_a_slow_run_that_waited_is_not_retaken_when_it_would_be_slow_without_its_wait():
     clock = FakeClock()
-    # b's runs wait 0.5 ms, but take 3 ms: 2.5 ms without the wait is still over settle_ratio x a's 1 ms
-    t = tuner(clock, fakes(clock, a=1e-3, b=(3e-3, {"waits": 0.5e-3})))
+    # b's runs wait 0.5 ms, but take 1.8 ms: 1.3 ms without the wait is still over settle_ratio x a's 1 ms
+    # (and under screen_ratio x a's checked call: b runs round 1)
+    t = tuner(clock, fakes(clock, a=1e-3, b=(1.8e-3, {"waits": 0.5e-3})))
     t.conv2d(*arrays())
     (e,) = t.dispatch_table()
     assert e.algo == "a" and not e.retaken and e.runs["b"] == 2          # its checked call and one run

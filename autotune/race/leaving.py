@@ -1,6 +1,9 @@
 """When a candidate leaves the race (``rounds.py``): after each round, every candidate still racing is
 either left in or leaves as
 
+- screened, after round 0 (the checked calls that are evidence, ``tuning.first_touch_free``), when its checked
+  call less all its threads' waits took at least ``screen_ratio`` times the fastest checked call: a 2x slower
+  candidate costs its checked call alone;
 - abandoned, when one run, less all its threads' waits for a CPU and with no page fault (``Race.floor``: a lower
   bound of its undisturbed time, since noise only adds time), or all of its runs (warm-up included) over two
   clean runs or three of any kind, took at least ``abandon_ratio`` times the leader's median: a 5x slower
@@ -14,6 +17,13 @@ Why one run's floor may abandon: measured here (2026-12-05, AMD EPYC, the regret
 candidate's first call in a second tuning, with no page fault, took 0.5-1.6x its median in the race, and the
 machine's own speed swings move one algorithm up to 2.4x between seconds (``bench/results/cpu-speed-states.md``):
 under the 3x of ``abandon_ratio``. A candidate within it gets a second run before it is judged.
+
+Why round 0 screens at 2x: its checked calls are all of one kind (a single call after another candidate's
+call and check), so their ratios are fairer than one such call against a median of race samples. Measured here
+(2026-12-05, AMD EPYC, the regret bench's 12 layers, 4 warm tunings each, 264 candidates with a round 0): every
+candidate that ended within 1.15x of the best had a checked call under 1.4x the fastest one, none within 1.5x
+of the best had one over 1.8x; 42 had one of 2-3x, and each then cost two more calls (round 1's untimed lead and
+its sample) before ``abandon_ratio`` or ``settle_ratio`` let it go.
 """
 from __future__ import annotations
 
@@ -50,6 +60,10 @@ def continues(race, name: str, leader: str, best: float, over: bool) -> bool:
     floor = max((f for f in map(race.floor, race.rounds[name].values()) if f is not None), default=0.0)
     fastest = min(every)
     if name != leader and best > 0:
+        if race.done == 1 and s.screen_ratio and floor >= s.screen_ratio * best:    # round 0: checked calls alone
+            race.abandoned[name] = (f"its checked call took {floor / best:.1f}x the fastest checked call less its "
+                                    f"threads' waits for a CPU, with no page fault (screen_ratio={s.screen_ratio})")
+            return False
         if floor >= s.abandon_ratio * best:
             race.abandoned[name] = (f"a run of it took {floor / best:.1f}x the best median less its threads' waits "
                                     f"for a CPU, with no page fault (abandon_ratio={s.abandon_ratio})")

@@ -17,8 +17,13 @@ over ``contended_share`` of its runs (retaken ones included) wait for a CPU more
 time. A neighbour was there most of the time, and even a sub-millisecond run that came through clean between
 two of its time slices is what the call costs in a quiet moment, not in a contended second. One candidate's
 waits alone are its own (a BLAS pool beside Numba's: three threads on two cores, quiet machine or not) and mark
-nothing. Where the platform cannot see waiting (``contention.RusageReader``,
-``NullReader``), spikes stand in: at least ``contention_ratio`` of the timed runs were spikes.
+nothing. The waits alone missed most: beside one process spinning on a core, sub-millisecond Numba calls (two
+threads) often ran between its time slices unwaited, and 8 of 12 races marked nothing. Measured here
+(2026-12-05, the regret bench's 12 layers, torch imported first): another process runnable before 100% of the
+samples of every race beside that neighbour, before 0-57% on the quiet machine (short-lived system tasks, and
+this process's own workers caught between two states by the two reads). Where the platform cannot see waiting
+(``contention.RusageReader``, ``NullReader``), spikes stand in: at least ``contention_ratio`` of the timed runs
+were spikes.
 """
 from __future__ import annotations
 

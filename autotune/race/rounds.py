@@ -3,13 +3,15 @@ CPU retaken, slow candidates leaving early, until the leaders are known; ``judge
 top two on paired ratios.
 
 Round 0 is the candidates' checked calls (``tuning.py``), each a sample where it compiled nothing and took no
-page fault (``tuning.first_touch_free``; its waits judged as any sample's), else a warm-up only. Then a round
-takes one sample of each candidate still racing, round 1 in ranked order, each later one in a fresh (seeded)
-order (``measure.rotate`` says why); a short call (under ``pair_below``) is timed right after an untimed one of
-its own (``clock.py``: as in a step, not after another candidate's call, which cost it up to ~1.5x). A short
-call's checked call, a single call after another candidate's, screens only (``screening``): it may abandon
-the candidate, 3x slower, but its median, settling and pairs are of race samples. So most candidates leave
-after round 0 (abandoned: one call) or round 1 (settled: two or three calls).
+page fault (``tuning.first_touch_free``; its waits judged as any sample's), else a warm-up only. A short call's
+checked call (under ``pair_below``), a single call after another candidate's, screens only (``screening``): it
+may end the candidate's race, 2x slower than the fastest checked call (``leaving.py``), but its median, settling
+and pairs are of race samples. Then a round takes one sample of each candidate still racing, round 1 in ranked
+order, each later one in a fresh (seeded) order (``measure.rotate`` says why) started by the candidate whose call
+ran last. A short call is timed right after a call of its own (``clock.py``: as in a step, not after another
+candidate's, which cost it up to ~1.5x): an untimed one, or for a round's first, its previous sample; so the
+judge's pair rounds alternate AB, BA, three calls each, not four. Most candidates leave after round 0 (screened
+or abandoned: one call) or round 1 (settled: two or three calls).
 
 A sample whose threads waited for a CPU more than ``wait_share`` of its time (another process had the core) is
 not evidence of the algorithm's speed: it is set aside and retaken at the end of the round, at most ``retakes``
@@ -64,6 +66,7 @@ class Race:
             self._count_own_wait(name, sample)
         self.block_costs = {}                            # name -> cost per call in blocks (``judge.blocks``)
         self.order_rng = random.Random(0)
+        self.last = None                                 # the candidate whose call ran last (``_lead``)
 
     # ---- what has been measured -----------------------------------------------------------------------
     @property
@@ -146,13 +149,7 @@ class Race:
     def shared(self) -> bool:
         """Whether another process shared the cores while the race ran: another process had a task runnable
         before at least ``neighbour_share`` of the samples (``neighbour_share_seen``), or ``contended``. The
-        choice is then provisional (``provisional.py``), whether or not retakes found clean runs to choose on.
-
-        The waits alone missed most: beside one process spinning on a core, sub-millisecond Numba calls (two
-        threads) often ran between its time slices unwaited, and 8 of 12 races marked nothing. Measured here
-        (2026-12-05, the regret bench's 12 layers, torch imported first): another process runnable before 100%
-        of the samples of every race beside that neighbour, before 0-57% on the quiet machine (short-lived
-        system tasks, and this process's own workers caught between two states by the two reads)."""
+        choice is then provisional (``provisional.py`` says why the waits alone are not enough)."""
         seen = self.neighbour_share_seen()
         return (seen is not None and seen >= self.s.neighbour_share) or self.contended()
 
@@ -229,6 +226,8 @@ class Race:
         names = list(names)
         if self.done > 1:
             self.order_rng.shuffle(names)
+        if self.last in names:                  # it follows its own call: no untimed lead (two alternate AB, BA)
+            names.insert(0, names.pop(names.index(self.last)))
         retaken, taken = {}, {}
         for attempt in range(self.s.retakes + 1):
             if attempt and names:
@@ -286,8 +285,9 @@ class Race:
                 self.stuck[name] = max(self.stuck.get(name, 0), 2)
 
     def _lead(self, name: str) -> int:
-        """Untimed calls before the timed one: one for a short call (round 0, the checked calls, had none)."""
-        return 1 if self.warmup[name] < self.s.pair_below else 0
+        """Untimed calls before the timed one: one for a short call (round 0, the checked calls, had none), unless
+        the call that ran last was its own (the previous sample: a round starts with it, ``round``)."""
+        return 1 if self.warmup[name] < self.s.pair_below and name != self.last else 0
 
     def _take(self, name: str):
         lead = self._lead(name)
@@ -297,7 +297,9 @@ class Race:
             self.failed[name] = f"failed while timed: {type(e).__name__}: {e}"
             self.device.release(self.registry[name])
             del self.rounds[name], self.retaken[name]
+            self.last = None
             return None
+        self.last = name
         self.spent += sample.seconds * (1 + lead)          # the untimed call costs about as much
         self.spent_by[name] += sample.seconds * (1 + lead)
         self.calls_by[name] += 1 + lead
