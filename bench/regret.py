@@ -18,7 +18,8 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
    rounds span the pass rather than one of the machine's slow phases; under the steady neighbour the same,
    waits included), once after the warm phase and once last, a minute or two apart. A choice's regret is its
    time over the best time, less one, both the mean of the two passes. The two passes also judge each other
-   (the first's fastest timed by the second): the noise floor of any regret here. This machine (a 2-core VM)
+   (the first's fastest timed by the second): the noise floor of any regret here. Under the steady neighbour
+   the judge also runs twice, back to back, and its two passes judge each other the same way. This machine (a 2-core VM)
    changes speed every few seconds, quiet as it is, and slows algorithms unequally (``bench.speed_states``,
    ``cpu-speed-states.md``: on the 1x1 stride-2 layer, ``direct`` over ``direct_channels`` between 0.81-0.84
    and 1.18-1.42 within 45 s in each import order, each 1.65-2.36x its fastest at its slowest), so a choice
@@ -69,12 +70,15 @@ def child(args) -> dict:
     out["quiet"]["judge 1"] = machine_wait_share(0.2)
     out["judge_quiet_1"] = judge_layers(layers, args.rounds)
     with neighbour("steady"):
-        tuners, out["steady"], out["judge_steady"] = [], [], []
+        tuners, out["steady"], out["judge_steady_1"], out["judge_steady_2"] = [], [], [], []
         for layer in layers:
             t, entry = tune(layer)
             tuners.append(t)
             out["steady"].append(entry)
-            out["judge_steady"].append(judge(layer, args.rounds))
+            out["judge_steady_1"].append(judge(layer, args.rounds))
+            out["judge_steady_2"].append(judge(layer, args.rounds))
+    out["judge_steady"] = [{n: (one[n] + two[n]) / 2 for n in one}
+                           for one, two in zip(out["judge_steady_1"], out["judge_steady_2"])]
     out["quiet"]["after"] = machine_wait_share(0.2)
     out["after"] = []
     for layer, t in zip(layers, tuners):

@@ -19,10 +19,10 @@ def regrets(run: dict, phase: str, against: str) -> list:
     return [judged[e["algo"]] / min(judged.values()) - 1 for e, judged in zip(run[phase], run[against])]
 
 
-def judge_against_itself(run: dict) -> list:
-    """Each layer's regret of the first quiet judge's fastest, timed by the second: the noise floor."""
+def judge_against_itself(run: dict, judge: str = "judge_quiet") -> list:
+    """Each layer's regret of the judge's first pass's fastest, timed by its second: the noise floor."""
     return [two[min(one, key=one.get)] / min(two.values()) - 1
-            for one, two in zip(run["judge_quiet_1"], run["judge_quiet_2"])]
+            for one, two in zip(run[judge + "_1"], run[judge + "_2"])]
 
 
 def costs(run: dict, phase: str) -> list:
@@ -46,7 +46,7 @@ def render(runs: dict, load: float, args) -> str:
              "Regret: the judge's time of the choice over the judge's best, less one (0% = the fastest "
              "was kept); the judge times blocks of back-to-back calls, as a step pays for them "
              "(`bench/regret_layers.py`); the quiet judge is the mean of two passes a minute or two apart (after "
-             "the warm tunings, and last). Tuning cost: the tuning's seconds (JIT excluded) over the quiet judge's "
+             "the warm tunings, and last), the steady neighbour's the mean of two passes back to back under it. Tuning cost: the tuning's seconds (JIT excluded) over the quiet judge's "
              "time of the chosen algorithm.", "",
              "| measure | " + " | ".join(f"{o} first" for o in orders) + " | target |",
              "|---|" + "---|" * len(orders) + "---|"]
@@ -57,9 +57,11 @@ def render(runs: dict, load: float, args) -> str:
             target = "(none)"
         cells = [f"{_pct(regrets(runs[o], phase, against))} (median / worst)" for o in orders]
         lines.append(f"| {row} | " + " | ".join(cells) + f" | {target} |")
-    floor = [f"{_pct(judge_against_itself(runs[o]))} (median / worst)" for o in orders]
-    lines.append("| the quiet judge against itself: its first pass's fastest, timed by its second | "
-                 + " | ".join(floor) + " | (noise floor) |")
+    for judge, where in (("judge_quiet", "quiet"), ("judge_steady", "steady neighbour's")):
+        if all(judge + "_2" in runs[o] for o in orders):
+            floor = [f"{_pct(judge_against_itself(runs[o], judge))} (median / worst)" for o in orders]
+            lines.append(f"| the {where} judge against itself: its first pass's fastest, timed by its second | "
+                         + " | ".join(floor) + " | (noise floor) |")
     marked = [f"{sum(e['provisional'] for e in runs[o]['steady'])} of {len(runs[o]['steady'])}" for o in orders]
     lines.append("| steady neighbour: choices marked provisional | " + " | ".join(marked) + " | all |")
     reraced = [f"{sum(e['reraced'] > 0 for e in runs[o]['after'])} re-raced, "

@@ -40,6 +40,14 @@ def test_the_judge_judges_itself_for_the_noise_floor():
     assert judge_against_itself(run) == [0.0, 1.0]                 # the second pass times "a" at 2.0 ms against 1.0
     text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, after=1.0))
     assert "| the quiet judge against itself: its first pass's fastest, timed by its second | 50% / 100%" in text
+    assert "steady neighbour's judge against itself" not in text   # a record without its two passes: no row
+    # under the steady neighbour: two passes, the first's fastest "b" timed 1.5x the second's best on layer one
+    run["judge_steady_1"] = [{"a": 3.0e-3, "b": 2.0e-3}, {"a": 4.0e-3, "b": 2.0e-3}]
+    run["judge_steady_2"] = [{"a": 2.0e-3, "b": 3.0e-3}, {"a": 4.0e-3, "b": 2.0e-3}]
+    assert judge_against_itself(run, "judge_steady") == [0.5, 0.0]
+    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, after=1.0))
+    assert "| the steady neighbour's judge against itself: its first pass's fastest, timed by its second | 25% / 50%" \
+        in text
 
 
 def test_a_neighbour_ends_with_its_block():

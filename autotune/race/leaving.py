@@ -8,7 +8,9 @@ either left in or leaves as
   bound of its undisturbed time, since noise only adds time), or all of its runs (warm-up included) over two
   clean runs or three of any kind, took at least ``abandon_ratio`` times the leader's median: a 5x slower
   candidate costs its checked call, or two or three runs;
-- settled, when two clean runs show its fastest over ``settle_ratio`` times the leader's median: it cannot tie;
+- settled, when two clean race runs show its fastest over ``settle_ratio`` times the leader's median: it cannot
+  tie (a short call's checked call, which screens only, is not one of the two, unless its fastest is over
+  ``spike_ratio`` times that: more than one run's disturbance could add);
 - done, with ``min_runs`` clean runs and its median known to ``precision`` (MAD/median/sqrt(n)), or when the
   rounds have cost ``cost_cap`` times the leader's median (or ``time_budget`` seconds) and it has ``min_runs``
   clean runs (or twice as many of any kind); at ``max_runs`` in any case.
@@ -17,6 +19,14 @@ Why one run's floor may abandon: measured here (2026-12-05, AMD EPYC, the regret
 candidate's first call in a second tuning, with no page fault, took 0.5-1.6x its median in the race, and the
 machine's own speed swings move one algorithm up to 2.4x between seconds (``bench/results/cpu-speed-states.md``):
 under the 3x of ``abandon_ratio``. A candidate within it gets a second run before it is judged.
+
+Why a short call settles on two race runs, not its checked call and one: measured here (2026-12-05, AMD EPYC),
+in the regret bench's sequence, the depthwise layer tuned after the other eleven: for minutes at a time the first
+sample of round 1 ran 1.2-1.4x the later ones (0.14-0.16 ms against 0.12), and ``depthwise``, the fastest, was
+settled on it and its checked call behind ``direct`` and ``implicit_gemm`` (11-16% regret) in 9 of 12 tunings.
+Asking a second race run of every candidate within 2x (``screen_ratio``) cost 8x the choice's time more per
+tuning (median of the 12 layers, 52x to 60x, measured interleaved); asking it only within 1.65x
+(``spike_ratio`` x ``settle_ratio``), where one disturbed run could hide a tie, costs less.
 
 Why round 0 screens at 2x: its checked calls are all of one kind (a single call after another candidate's
 call and check), so their ratios are fairer than one such call against a median of race samples. Measured here
@@ -56,7 +66,9 @@ def continues(race, name: str, leader: str, best: float, over: bool) -> bool:
     every = runs + warm_up
     first = warm_up or ([runs[0]] if race.screening(name) else [])     # the run that is not a step run
     # evidence that it is slow: runs that waited count too (waiting only adds time)
-    evidence = len(race.kept_steps(name)) + any(t <= s.spike_ratio * min(every) for t in first)
+    steps = len(race.kept_steps(name))
+    evidence = steps + any(t <= s.spike_ratio * min(every) for t in first)
+    settling = steps + any(t <= s.spike_ratio * min(every) for t in warm_up)     # not a screening checked call
     floor = max((f for f in map(race.floor, race.rounds[name].values()) if f is not None), default=0.0)
     fastest = min(every)
     if name != leader and best > 0:
@@ -72,7 +84,8 @@ def continues(race, name: str, leader: str, best: float, over: bool) -> bool:
             race.abandoned[name] = (f"all {len(every)} of its runs{' (warm-up included)' if warm_up else ''} took at "
                                     f"least {fastest / best:.1f}x the best median (abandon_ratio={s.abandon_ratio})")
             return False
-        if evidence >= 2 and fastest > s.settle_ratio * best:
+        one_run = evidence >= 2 and fastest > s.spike_ratio * s.settle_ratio * best   # over what one run's noise
+        if (settling >= 2 or one_run) and fastest > s.settle_ratio * best:               # could have added
             return False                # it cannot tie the best: its median needs no more precision
     if len(runs) >= s.max_runs or (over and (len(clean) >= s.min_runs or len(runs) >= 2 * s.min_runs)):
         return False
