@@ -5,14 +5,18 @@ contract it with that tap's weights over the input channels of each group:
 
     y[n, k, i, j] = sum_{c, r, s} xpad[n, g*Cg + c, i*sh + r*dh, j*sw + s*dw] * w[k, c, r, s],  g = k // Kg
 
-The two backward passes are the same loop read the other way round (the chain rule of that one sum):
+The two backward passes are the same sum read the other way round (the chain rule of that one sum):
 
     dxpad[n, g*Cg + c, i*sh + r*dh, j*sw + s*dw] += sum_k dy[n, k, i, j] * w[k, c, r, s]   then crop the padding
     dw[k, c, r, s] = sum_{n, i, j} dy[n, k, i, j] * xpad[n, g*Cg + c, i*sh + r*dh, j*sw + s*dw]
 
-Input rows or columns that no output reads (cut off by the stride) get a zero gradient, as in torch. The
-per-tap products go through ``gemm.matmul`` (convalgos' BLAS), so the tuner's check, which runs this, wakes
-none of numpy's BLAS threads in a user's process.
+The taps of one kernel row go into one product (``_row``: their S views stacked along the channel axis, the
+row's weights as a Kg x (Cg*S) matrix), so a layer costs R products per group, not R*S: the tuner checks every
+candidate against this, and an 11x11 kernel's 121 products of a few channels each cost 2.6 ms of Python and
+BLAS calls, 11 of them ~0.3 ms (S times the memory of one tap's view). Input rows or columns that no output
+reads (cut off by the stride) get a zero gradient, as in torch. The products go through ``gemm.matmul``
+(convalgos' BLAS), so the tuner's check, which runs this, wakes none of numpy's BLAS threads in a user's
+process.
 """
 from __future__ import annotations
 
@@ -27,25 +31,29 @@ def _pad(x, p: ConvParams) -> np.ndarray:
     return np.pad(np.asarray(x, dtype=np.float64), ((0, 0), (0, 0), (t, b), (l, r)))
 
 
-def _taps(p: ConvParams):
-    """(group, r, s, the slice of the padded plane that tap reads for every output) for every tap."""
+def _rows(p: ConvParams):
+    """(group's output-channel slice, input-channel slice, r, the S (rows, cols) slices of the padded plane
+    that the taps of kernel row r read for every output) for every group and kernel row."""
     (sh, sw), (dh, dw), (Ho, Wo) = p.stride, p.dilation, p.out_hw
     for g in range(p.groups):
+        ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
         for r in range(p.R):
-            for s in range(p.S):
-                yield g, r, s, (slice(r * dh, r * dh + sh * (Ho - 1) + 1, sh),
-                                slice(s * dw, s * dw + sw * (Wo - 1) + 1, sw))
+            rows = slice(r * dh, r * dh + sh * (Ho - 1) + 1, sh)
+            yield ks, cs, r, [(rows, slice(s * dw, s * dw + sw * (Wo - 1) + 1, sw)) for s in range(p.S)]
+
+
+def _row(xpad, cs, views, p: ConvParams) -> np.ndarray:
+    """The S taps' views of kernel row r stacked as (N, Cg*S, Ho*Wo), s the fastest along the second axis."""
+    return np.stack([xpad[:, cs, rows, cols] for rows, cols in views], axis=2).reshape(p.N, p.Cg * p.S, -1)
 
 
 def forward(x, w, p: ConvParams) -> np.ndarray:
     """The convolution of x and w (no bias) in float64, as an (N, K, Ho, Wo) array."""
-    Ho, Wo = p.out_hw
     xpad, w = _pad(x, p), np.asarray(w, dtype=np.float64)
     y = np.zeros(p.out_shape, dtype=np.float64)
-    for g, r, s, (rows, cols) in _taps(p):
-        ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
-        x_tap = xpad[:, cs, rows, cols].reshape(p.N, p.Cg, Ho * Wo)
-        y[:, ks] += matmul(w[ks, :, r, s], x_tap).reshape(p.N, p.Kg, *p.out_hw)
+    for ks, cs, r, views in _rows(p):
+        w_row = w[ks, :, r, :].reshape(p.Kg, p.Cg * p.S)
+        y[:, ks] += matmul(w_row, _row(xpad, cs, views, p)).reshape(p.N, p.Kg, *p.out_hw)
     return y
 
 
@@ -55,10 +63,11 @@ def backward_data(dy, w, p: ConvParams) -> np.ndarray:
     dy, w = np.asarray(dy, dtype=np.float64), np.asarray(w, dtype=np.float64)
     (t, _), (l, _) = p.padding
     dxpad = np.zeros((p.N, p.C) + p.padded_hw, dtype=np.float64)
-    for g, r, s, (rows, cols) in _taps(p):
-        ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
-        dy_group = dy[:, ks].reshape(p.N, p.Kg, Ho * Wo)
-        dxpad[:, cs, rows, cols] += matmul(w[ks, :, r, s].T, dy_group).reshape(p.N, p.Cg, *p.out_hw)
+    for ks, cs, r, views in _rows(p):
+        w_row = w[ks, :, r, :].reshape(p.Kg, p.Cg * p.S)
+        taps = matmul(w_row.T, dy[:, ks].reshape(p.N, p.Kg, Ho * Wo)).reshape(p.N, p.Cg, p.S, Ho, Wo)
+        for s, (rows, cols) in enumerate(views):
+            dxpad[:, cs, rows, cols] += taps[:, :, s]
     return dxpad[:, :, t:t + p.H, l:l + p.W].copy()
 
 
@@ -67,11 +76,10 @@ def backward_filter(x, dy, p: ConvParams) -> np.ndarray:
     Ho, Wo = p.out_hw
     xpad, dy = _pad(x, p), np.asarray(dy, dtype=np.float64)
     dw = np.zeros(p.weight_shape, dtype=np.float64)
-    for g, r, s, (rows, cols) in _taps(p):
-        ks, cs = slice(g * p.Kg, (g + 1) * p.Kg), slice(g * p.Cg, (g + 1) * p.Cg)
+    for ks, cs, r, views in _rows(p):
         dy_group = dy[:, ks].reshape(p.N, p.Kg, Ho * Wo)
-        x_tap = xpad[:, cs, rows, cols].reshape(p.N, p.Cg, Ho * Wo)
-        dw[ks, :, r, s] = matmul(dy_group, x_tap.transpose(0, 2, 1)).sum(axis=0)
+        x_row = _row(xpad, cs, views, p)
+        dw[ks, :, r, :] = matmul(dy_group, x_row.transpose(0, 2, 1)).sum(axis=0).reshape(p.Kg, p.Cg, p.S)
     return dw
 
 
