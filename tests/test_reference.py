@@ -54,3 +54,24 @@ def test_normwise_error():
     ref = np.array([1.0, -4.0, 2.0])
     assert reference.normwise_error(ref + [0, 0, 0.5], ref) == 0.125
     assert reference.normwise_error(np.zeros(0), np.zeros(0)) == 0.0
+
+
+def test_backward_passes_match_torchs_float64_gradients_when_installed():
+    """Both gradients equal torch's autograd in float64, where stride leaves input rows unread (zero gradient),
+    with asymmetric padding, dilation and groups: the per-kernel-row products read the sum the other way round."""
+    import pytest
+    torch = pytest.importorskip("torch")
+    from convalgos import ConvParams
+    rng = np.random.default_rng(1)
+    for xs, ws, kw in (((2, 6, 10, 9), (4, 3, 3, 2), dict(stride=(3, 2), padding=(1, 2), dilation=(1, 2), groups=2)),
+                       ((1, 3, 17, 17), (5, 3, 5, 5), dict(stride=4, padding=2))):
+        x, w = torch.tensor(rng.standard_normal(xs), requires_grad=True), torch.tensor(rng.standard_normal(ws),
+                                                                                      requires_grad=True)
+        y = torch.nn.functional.conv2d(x, w, **kw)
+        dy = torch.tensor(rng.standard_normal(y.shape))
+        y.backward(dy)
+        p = ConvParams.from_shapes(xs, ws, **kw)
+        np.testing.assert_allclose(reference.backward_data(dy.numpy(), w.detach().numpy(), p), x.grad.numpy(),
+                                   rtol=1e-12, atol=1e-12)
+        np.testing.assert_allclose(reference.backward_filter(x.detach().numpy(), dy.numpy(), p), w.grad.numpy(),
+                                   rtol=1e-12, atol=1e-12)
