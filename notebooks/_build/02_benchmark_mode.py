@@ -84,8 +84,9 @@ print(on.dispatch_table())
 # %% [markdown]
 # Where did the tuning's seconds go? Each candidate's calls are in the entry (`entry.calls`, `entry.spent`): its
 # checked call (the float64 check needs one real call; where it touched no fresh memory it is also the race's
-# first run), then its race samples, a short call timed right after an untimed one of its own (as a step runs
-# it). A candidate 3x slower than the best leaves after one or two calls, the close ones run on. The rest of the
+# first run), then its race samples, a short call timed right after a call of its own (an untimed one, or its
+# previous sample: as a step runs it). A candidate whose checked call took 2x the fastest checked call leaves on
+# that call alone, one 3x slower than the best after one or two calls, the close ones run on. The rest of the
 # tuning is Numba loading each candidate's kernels on its first call (JIT, kept out of every time), the check (the
 # float64 reference on a sample, and two passes over the whole output per candidate: filled with NaN before its
 # checked call, the NaN left counted after) and the race's bookkeeping:
