@@ -44,7 +44,8 @@ def _rows(p: ConvParams):
 
 def _row(xpad, cs, views, p: ConvParams) -> np.ndarray:
     """The S taps' views of kernel row r stacked as (N, Cg*S, Ho*Wo), s the fastest along the second axis."""
-    return np.stack([xpad[:, cs, rows, cols] for rows, cols in views], axis=2).reshape(p.N, p.Cg * p.S, -1)
+    Ho, Wo = p.out_hw
+    return np.stack([xpad[:, cs, rows, cols] for rows, cols in views], axis=2).reshape(p.N, p.Cg * p.S, Ho * Wo)
 
 
 def forward(x, w, p: ConvParams) -> np.ndarray:
