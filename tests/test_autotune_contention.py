@@ -91,6 +91,29 @@ def test_one_candidate_whose_own_threads_wait_marks_nothing_and_stops_being_reta
     assert not e.provisional and 1 <= e.retaken["a"] <= 2 * 2 and "b" not in e.retaken and e.algo == "a"
 
 
+class ArrivingReader(FakeReader):
+    """Another process is never runnable as a sample starts and always as it ends: a neighbour's burst that
+    began during each call (the reads alternate: before a call, after it)."""
+
+    def __init__(self, clock):
+        super().__init__(clock)
+        self.reads = 0
+
+    def runnable_others(self) -> int:
+        self.reads += 1
+        return 1 - self.reads % 2
+
+
+def test_a_wait_is_not_its_own_when_a_neighbour_was_runnable_as_the_call_ended():
+    clock = FakeClock()
+    # a's runs wait 0.2 ms of 1: no neighbour runnable as each starts, one as each ends (a burst began during the
+    # call): a neighbour's waits, retaken, not its own threads' (which would end its retakes)
+    t = tuner(clock, fakes(clock, a=(1e-3, {"waits": 0.2e-3}), b=1.05e-3), reader=ArrivingReader(clock))
+    t.conv2d(*arrays())
+    (e,) = t.dispatch_table()
+    assert e.retaken["a"] >= 2 and e.algo == "a"
+
+
 def test_a_race_where_most_runs_waited_is_provisional_though_its_retakes_came_through_clean():
     clock = FakeClock()
     # every other call waits (a neighbour's time slices): retakes find clean runs, the choice rests on them, but

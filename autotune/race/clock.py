@@ -14,7 +14,8 @@ So a sample is:
 
 1. ``wake()``: a parallel region that does nothing (``wake_pool``), so every worker is running when the call
    starts, as in a step (a few us with the pool awake; the wake-up cost, when it sleeps, lands here), and,
-   just before it, how many tasks of other processes are runnable (the neighbours at that instant);
+   just before it, how many tasks of other processes are runnable (the neighbours at that instant; read again
+   right after the call, step 5: a neighbour's burst that began during the call is runnable then);
 2. for a short call (``rounds.py``: under ``pair_below``; not in its checked call), the call once,
    untimed: in a step a call follows work on the same pools and caches, and a call right after the tuner's
    own Python, or after another candidate's, does not show what the call itself leaves behind (measured
@@ -24,7 +25,8 @@ So a sample is:
    back);
 3. a reading of the threads' run-queue wait (``contention.py``);
 4. the call, timed by the device's timer (wall clock; on the GPU host and GPU time apart);
-5. a reading again: ``Sample.usage`` is what the threads waited for a CPU during the call.
+5. a reading again: ``Sample.usage`` is what the threads waited for a CPU during the call, and
+   ``Sample.neighbours_after`` the other processes' runnable tasks as it ended.
 
 ``bench.regret`` judges the tuner's choices by the same rule (``bench/regret_layers.judge``: the pool woken,
 one call untimed, then the timed calls, a block of them), so the judge and the race agree on what "fastest"
@@ -56,17 +58,24 @@ class Sample(NamedTuple):
     """One timed call: ``seconds`` its cost (wall time; on the GPU the larger of host and GPU time, or the GPU
     time in graph mode, ``rounds.py``), ``usage`` what the threads waited meanwhile, ``host`` and ``gpu`` the
     two times where the timer measures them apart (else None), ``neighbours`` other processes' runnable tasks
-    just before it (``contention.ProcReader.runnable_others``; None where unknown)."""
+    just before it (``contention.ProcReader.runnable_others``; None where unknown), ``neighbours_after`` right
+    after it."""
 
     seconds: float
     usage: Usage = NO_USAGE
     host: float | None = None
     gpu: float | None = None
     neighbours: int | None = None
+    neighbours_after: int | None = None
 
     def wait_share(self) -> float:
         """Seconds the threads waited for a CPU per second of the call: how much of it was contention."""
         return self.usage.waited / self.seconds if self.seconds > 0 else 0.0
+
+    def alone(self) -> bool:
+        """No other process had a task runnable as the call started nor as it ended: a wait in it was for this
+        process's own threads (``rounds.py``)."""
+        return self.neighbours == 0 and self.neighbours_after == 0
 
 
 class Sampler:
@@ -91,7 +100,8 @@ class Sampler:
         else:
             host = gpu = None
             seconds = self.timer.time(fn)
-        return Sample(seconds, self.reader.read() - before, host, gpu, neighbours)
+        usage = self.reader.read() - before
+        return Sample(seconds, usage, host, gpu, neighbours, self.reader.runnable_others())
 
 
     def take_block(self, fn, calls: int) -> Sample:

@@ -19,10 +19,9 @@ times, so a neighbour that comes and goes in bursts of tens of milliseconds is w
 wait, up to ``retake_wait``, for a moment when no other process is runnable). A neighbour that stays makes
 every retake wait too: the last one is kept, marked, and the choice made on such samples is provisional
 (``provisional.py``); a candidate whose retakes came back waiting in two rounds in a row is retaken no more
-(they would only triple its cost) and is judged on its runs, waits and all. Its waits may be its own: a
-candidate that runs a BLAS pool beside Numba's has three threads for two cores, quiet machine or not; a
-sample that waited with no other process runnable as it started is not retaken, and two such make the
-candidate judged so (``_count_own_wait``).
+(they would only triple its cost) and is judged on its runs, waits and all. Its waits may be its own (a BLAS
+pool beside Numba's: three threads for two cores): a sample that waited with no other process runnable as it
+started or ended is not retaken, and two such make the candidate judged so (``_count_own_wait``).
 
 After each round the candidates that have their answer leave the race (``leaving.py``: abandoned, settled or
 done). A candidate that stopped early behind a leader that then slowed down may end up leading on one or two
@@ -87,13 +86,11 @@ class Race:
         return sample.seconds - sample.usage.waited
 
     def screening(self, name: str) -> bool:
-        """Whether ``name``'s round 0 (its checked call) is screening evidence only: it may abandon the candidate
-        (``leaving.py``) but is not one of the runs its median, its settling and its pairs are made of. So for a
-        short call (under ``pair_below``), whose race samples follow an untimed call of its own, as a step's
-        calls do: its checked call followed another candidate's call and the check's work. Measured here
-        (2026-12-05, the 1x1 stride-2 layer, 40 interleaved rounds): a call right after another algorithm's
-        took 1.06-1.17x (``direct``) and 1.13-1.22x (``direct_channels``) a call after one of its own, enough to
-        settle a candidate within 10% of the leader on such samples."""
+        """Whether ``name``'s round 0 (its checked call) screens only (``leaving.py``), not one of the runs its
+        median and pairs are made of: a short call's (under ``pair_below``), whose race samples follow a call of
+        its own, as in a step, while its checked call followed another candidate's call and the check's work.
+        Measured (2026-12-05, the 1x1 stride-2 layer, 40 interleaved rounds): a call right after another
+        algorithm's took 1.06-1.22x one after its own, enough to settle a candidate within 10% of the leader."""
         return 0 in self.rounds[name] and self.warmup[name] < self.s.pair_below
 
     def step_rounds(self, name: str) -> dict:
@@ -255,8 +252,8 @@ class Race:
         """Whether a run is retaken: it waited, its candidate's retakes are not stuck, and it could still be the
         fastest once its waiting is taken off (waiting only adds time: a run whose time less all its threads'
         waiting is over ``settle_ratio`` times the best clean run so far is slow whatever the neighbour did)."""
-        if not self.waited(sample) or self.stuck.get(name, 0) >= 2 or sample.neighbours == 0:
-            return False            # (no other process runnable as it started: a retake would wait alike)
+        if not self.waited(sample) or self.stuck.get(name, 0) >= 2 or sample.alone():
+            return False            # (no other process runnable as it started or ended: a retake would wait alike)
         clean = [t for n in self.rounds for t in self.clean(n)] + [s.seconds for s in taken.values()
                                                                   if s is not None and not self.waited(s)]
         return not clean or sample.seconds - sample.usage.waited <= self.s.settle_ratio * min(clean)
@@ -275,11 +272,14 @@ class Race:
             time.sleep(0.0005)
 
     def _count_own_wait(self, name: str, sample) -> None:
-        """A sample that waited though no other process had a task runnable as it started waited for its own
-        threads (a BLAS pool beside Numba's on two cores: measured quiet here, ``im2col`` on the 1x1 stride-2
-        layer waited 62% of its time, retaken four times for nothing). It is not retaken, and after two such the
-        candidate is judged on its runs, waits and all, as one whose retakes are stuck."""
-        if self.waited(sample) and sample.neighbours == 0:
+        """A sample that waited though no other process had a task runnable as it started or as it ended
+        (``Sample.alone``) waited for its own threads (a BLAS pool beside Numba's on two cores: measured quiet
+        here, ``im2col`` on the 1x1 stride-2 layer waited 62% of its time, retaken four times for nothing). It is
+        not retaken, and after two such the candidate is judged on its runs, waits and all, as one whose retakes
+        are stuck. Both ends are read: beside neighbours that come and go, a burst that began during a call was
+        not runnable as it started (measured, 2026-12-05: ``winograd_fused_4x4``'s 2.5 ms runs waited 60-73%
+        with none seen before them, were judged its own, and the race kept ``direct``, 2.5x slower)."""
+        if self.waited(sample) and sample.alone():
             self.own_waits[name] = self.own_waits.get(name, 0) + 1
             if self.own_waits[name] >= 2:
                 self.stuck[name] = max(self.stuck.get(name, 0), 2)
