@@ -19,13 +19,11 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
    waits included), once after the warm phase and once last, a minute or two apart. A choice's regret is its
    time over the best time, less one, both the mean of the two passes. The two passes also judge each other
    (the first's fastest timed by the second): the noise floor of any regret here. Under the steady neighbour
-   the judge also runs twice, back to back, and its two passes judge each other the same way; its blocks last
-   ``--steady-block`` seconds (0.05), not 0.01: a neighbour's time slices (milliseconds) stall a sub-millisecond
-   call's whole thread pool by luck, and 10 ms blocks under it disagreed with themselves by up to 838% (17:41).
-   This machine (a 2-core VM) changes speed every few seconds, quiet as it is, and slows algorithms unequally
-   (``bench.speed_states``, ``cpu-speed-states.md``: on the 1x1 stride-2 layer, ``direct`` over
-   ``direct_channels`` between 0.81-0.84 and 1.18-1.42 within 45 s in each import order, each 1.65-2.36x its
-   fastest at its slowest), so a choice right in one moment can read as a regret in the next.
+   the judge also runs twice, back to back, and its two passes judge each other the same way. This machine (a 2-core VM)
+   changes speed every few seconds, quiet as it is, and slows algorithms unequally (``bench.speed_states``,
+   ``cpu-speed-states.md``: on the 1x1 stride-2 layer, ``direct`` over ``direct_channels`` between 0.81-0.84
+   and 1.18-1.42 within 45 s in each import order, each 1.65-2.36x its fastest at its slowest), so a choice
+   right in one moment can read as a regret in the next.
 
 The tuning cost is a tuning's seconds over the quiet judge's time of the algorithm it chose (JIT excluded).
 Before each phase the machine's contention is probed from outside (``machine_wait_share``), so the record
@@ -77,8 +75,8 @@ def child(args) -> dict:
             t, entry = tune(layer)
             tuners.append(t)
             out["steady"].append(entry)
-            out["judge_steady_1"].append(judge(layer, args.rounds, args.steady_block))
-            out["judge_steady_2"].append(judge(layer, args.rounds, args.steady_block))
+            out["judge_steady_1"].append(judge(layer, args.rounds))
+            out["judge_steady_2"].append(judge(layer, args.rounds))
     out["judge_steady"] = [{n: (one[n] + two[n]) / 2 for n in one}
                            for one, two in zip(out["judge_steady_1"], out["judge_steady_2"])]
     out["quiet"]["after"] = machine_wait_share(0.2)
@@ -105,8 +103,6 @@ def main(argv=None) -> None:
     ap.add_argument("--layers", type=int, default=12, help="how many of the layers (default all 12)")
     ap.add_argument("--rounds", type=int, default=7, help="the judge's interleaved rounds of blocks (default 7)")
     ap.add_argument("--after", type=float, default=1.0, help="seconds of calls once the neighbour is gone")
-    ap.add_argument("--steady-block", type=float, default=0.05,
-                    help="seconds of each of the judge's blocks under the steady neighbour (default 0.05)")
     ap.add_argument("--out", default=str(RESULTS / "cpu-regret.md"))
     args = ap.parse_args(argv)
     if args.child:
@@ -118,8 +114,7 @@ def main(argv=None) -> None:
     runs = {}
     for order in args.orders:
         runs[order] = orders.run_child(order, "bench.regret", ["--child", "--layers", str(args.layers), "--rounds",
-                                                                str(args.rounds), "--after", str(args.after),
-                                                                "--steady-block", str(args.steady_block)],
+                                                                str(args.rounds), "--after", str(args.after)],
                                        args.keep_env)
     write_record(__import__("pathlib").Path(args.out), render(runs, load, args))
 

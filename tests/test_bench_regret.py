@@ -28,7 +28,7 @@ def test_the_record_computes_regret_and_cost_from_the_judges_times():
     assert regrets(run, "steady", "judge_steady") == [0.0, 0.0]
     assert regrets(run, "steady", "judge_quiet") == [0.5, 0.0]
     assert costs(run, "warm") == [10.0, 10.0]                             # (20 ms - 10 ms JIT) / 1 ms
-    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, after=1.0, steady_block=0.05))
+    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, after=1.0))
     assert "| quiet, first tunings in a process | 50% / 100% (median / worst)" in text
     assert "| steady neighbour: choices marked provisional | 2 of 2 | all |" in text
     assert "1 re-raced, 1 still provisional" in text and "a +100%" in text
@@ -38,14 +38,14 @@ def test_the_judge_judges_itself_for_the_noise_floor():
     run = synthetic_run()
     run["judge_quiet_1"][1] = {"a": 0.9e-3, "b": 1.0e-3}          # its first pass found "a" fastest on layer two
     assert judge_against_itself(run) == [0.0, 1.0]                 # the second pass times "a" at 2.0 ms against 1.0
-    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, after=1.0, steady_block=0.05))
+    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, after=1.0))
     assert "| the quiet judge against itself: its first pass's fastest, timed by its second | 50% / 100%" in text
     assert "steady neighbour's judge against itself" not in text   # a record without its two passes: no row
     # under the steady neighbour: two passes, the first's fastest "b" timed 1.5x the second's best on layer one
     run["judge_steady_1"] = [{"a": 3.0e-3, "b": 2.0e-3}, {"a": 4.0e-3, "b": 2.0e-3}]
     run["judge_steady_2"] = [{"a": 2.0e-3, "b": 3.0e-3}, {"a": 4.0e-3, "b": 2.0e-3}]
     assert judge_against_itself(run, "judge_steady") == [0.5, 0.0]
-    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, after=1.0, steady_block=0.05))
+    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, after=1.0))
     assert "| the steady neighbour's judge against itself: its first pass's fastest, timed by its second | 25% / 50%" \
         in text
 
