@@ -92,16 +92,16 @@ def test_one_candidate_whose_own_threads_wait_marks_nothing_and_stops_being_reta
 
 
 class ArrivingReader(FakeReader):
-    """Another process is never runnable as a sample starts and always as it ends: a neighbour's burst that
-    began during each call (the reads alternate: before a call, after it)."""
+    """Another process is runnable right after a call in which the threads waited, never before one: a
+    neighbour's burst that began during the call."""
 
     def __init__(self, clock):
         super().__init__(clock)
-        self.reads = 0
+        self.seen = clock.waited
 
     def runnable_others(self) -> int:
-        self.reads += 1
-        return 1 - self.reads % 2
+        arrived, self.seen = self.clock.waited > self.seen, self.clock.waited
+        return int(arrived)
 
 
 def test_a_wait_is_not_its_own_when_a_neighbour_was_runnable_as_the_call_ended():

@@ -114,20 +114,20 @@ class ScriptedReader(FakeReader):
 
 def test_a_retake_waits_for_a_neighbour_that_comes_and_goes_to_yield_but_not_for_one_that_stays():
     clock = FakeClock()
-    # two readings a sample (before the call, after it). Around a's and b's checked calls and a's first sample:
-    # nobody; around b's first sample (which waits 0.4 ms) a neighbour: it came and went, so before the retake
-    # the count is polled until it reads 0
+    # a reading before each call, and after it where the call waited. Before a's and b's checked calls and a's
+    # first sample: nobody; before and after b's first sample (which waits 0.4 ms) a neighbour: it came and went,
+    # so before the retake the count is polled until it reads 0
     algos = fakes(clock, a=1e-3, b=([0.8e-3, 1.2e-3, 0.8e-3], {"waits": [0.0, 0.4e-3, 0.0]}))
-    script = [0, 0] * 3 + [1, 1] + [1, 1, 0] + [0, 0]
+    script = [0, 0, 0] + [1, 1] + [1, 1, 0] + [0]
     reader = ScriptedReader(clock, script)
     entry = tuned(clock, algos, reader=reader)
     assert entry.algo == "b" and entry.retaken == {"b": 1} and reader.readings[:len(script)] == script
-    # a neighbour seen before every sample stays: no polling, two readings per sample
+    # a neighbour seen before every sample stays: no polling, one reading per sample, two for the one that waited
     algos = fakes(clock, a=1e-3, b=([0.8e-3, 1.2e-3, 0.8e-3], {"waits": [0.0, 0.4e-3, 0.0]}))
     reader = ScriptedReader(clock, [1] * 1000)
     entry = tuned(clock, algos, reader=reader)
     taken = sum(entry.runs.values()) + sum(entry.retaken.values())
-    assert len(reader.readings) == 2 * taken and entry.provisional
+    assert len(reader.readings) == taken + 1 and entry.provisional
 
 
 def test_a_winner_left_with_few_runs_is_retimed():

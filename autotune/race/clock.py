@@ -25,8 +25,9 @@ So a sample is:
    back);
 3. a reading of the threads' run-queue wait (``contention.py``);
 4. the call, timed by the device's timer (wall clock; on the GPU host and GPU time apart);
-5. a reading again: ``Sample.usage`` is what the threads waited for a CPU during the call, and
-   ``Sample.neighbours_after`` the other processes' runnable tasks as it ended.
+5. a reading again: ``Sample.usage`` is what the threads waited for a CPU during the call, and, where they
+   waited at all, ``Sample.neighbours_after``, the other processes' runnable tasks as it ended (this process's
+   workers may still spin then, so the count takes its slow path, ~20 us: read only where it explains a wait).
 
 ``bench.regret`` judges the tuner's choices by the same rule (``bench/regret_layers.judge``: the pool woken,
 one call untimed, then the timed calls, a block of them), so the judge and the race agree on what "fastest"
@@ -100,8 +101,8 @@ class Sampler:
         else:
             host = gpu = None
             seconds = self.timer.time(fn)
-        usage = self.reader.read() - before
-        return Sample(seconds, usage, host, gpu, neighbours, self.reader.runnable_others())
+        usage = self.reader.read() - before      # the count again only where a wait needs explaining (~20 us)
+        return Sample(seconds, usage, host, gpu, neighbours, self.reader.runnable_others() if usage.waited else None)
 
 
     def take_block(self, fn, calls: int) -> Sample:
