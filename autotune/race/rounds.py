@@ -278,7 +278,7 @@ class Race:
         not retaken, and after two such the candidate is judged on its runs, waits and all, as one whose retakes
         are stuck. Both ends are read: beside neighbours that come and go, a burst that began during a call was
         not runnable as it started (measured, 2026-12-05: ``winograd_fused_4x4``'s 2.5 ms runs waited 60-73%
-        with none seen before them, were judged its own, and the race kept ``direct``, 2.5x slower)."""
+        with none seen before them, were judged its own, and the race kept ``direct``, 2.1x slower quietly)."""
         if self.waited(sample) and sample.alone():
             self.own_waits[name] = self.own_waits.get(name, 0) + 1
             if self.own_waits[name] >= 2:
