@@ -19,7 +19,10 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
    waits included), once after the warm phase and once last, a minute or two apart. A choice's regret is its
    time over the best time, less one, both the mean of the two passes. The two passes also judge each other
    (the first's fastest timed by the second): the noise floor of any regret here. Under the steady neighbour
-   the judge also runs twice, back to back, and its two passes judge each other the same way. This machine (a 2-core VM)
+   the judge also runs twice, back to back, each pass of three times the rounds, and its two passes judge each
+   other the same way: a neighbour's time slices stall a sub-millisecond call's whole thread pool by luck, and
+   passes of 7 rounds disagreed with themselves by up to 838% (10 ms blocks; 480% with 50 ms blocks), of 21
+   rounds by 0-11% (2026-12-05 18:31). This machine (a 2-core VM)
    changes speed every few seconds, quiet as it is, and slows algorithms unequally (``bench.speed_states``,
    ``cpu-speed-states.md``: on the 1x1 stride-2 layer, ``direct`` over ``direct_channels`` between 0.81-0.84
    and 1.18-1.42 within 45 s in each import order, each 1.65-2.36x its fastest at its slowest), so a choice
@@ -75,8 +78,8 @@ def child(args) -> dict:
             t, entry = tune(layer)
             tuners.append(t)
             out["steady"].append(entry)
-            out["judge_steady_1"].append(judge(layer, args.rounds))
-            out["judge_steady_2"].append(judge(layer, args.rounds))
+            out["judge_steady_1"].append(judge(layer, 3 * args.rounds))
+            out["judge_steady_2"].append(judge(layer, 3 * args.rounds))
     out["judge_steady"] = [{n: (one[n] + two[n]) / 2 for n in one}
                            for one, two in zip(out["judge_steady_1"], out["judge_steady_2"])]
     out["quiet"]["after"] = machine_wait_share(0.2)

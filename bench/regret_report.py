@@ -46,8 +46,9 @@ def render(runs: dict, load: float, args) -> str:
              "Regret: the judge's time of the choice over the judge's best, less one (0% = the fastest "
              "was kept); the judge times blocks of back-to-back calls, as a step pays for them "
              "(`bench/regret_layers.py`); the quiet judge is the mean of two passes a minute or two apart (after "
-             "the warm tunings, and last), the steady neighbour's the mean of two passes back to back under it. Tuning cost: the tuning's seconds (JIT excluded) over the quiet judge's "
-             "time of the chosen algorithm.", "",
+             "the warm tunings, and last), the steady neighbour's the mean of two passes back to back under it, "
+             "of three times the rounds each. Tuning cost: the tuning's seconds (JIT excluded) over the quiet "
+             "judge's time of the chosen algorithm.", "",
              "| measure | " + " | ".join(f"{o} first" for o in orders) + " | target |",
              "|---|" + "---|" * len(orders) + "---|"]
     targets = {"first": "<= 5% worst", "steady": "<= 10% worst", "after": "<= 5% worst", "bursty": "<= 10% worst"}
