@@ -34,8 +34,9 @@
    wait for a CPU read around it, ``race/contention.py``). A sample that waited for a CPU is retaken at the
    end of its round (``retakes`` times at most); a spike (over ``spike_ratio`` times the candidate's fastest,
    its warm-up included) is no evidence either. Clearly slower candidates leave early (``screen_ratio`` after
-   round 0, ``abandon_ratio``, ``settle_ratio``); the others run until ``min_runs`` clean runs give their median to ``precision`` or the
-   rounds have cost ``cost_cap`` times the best median (``time_budget`` seconds at most).
+   round 0, ``abandon_ratio``, ``settle_ratio``); the others run until ``min_runs`` clean runs give their
+   median to ``precision`` or the rounds have cost ``cost_cap`` times the best median (``time_budget`` seconds
+   at most).
 4. The judge (``race/judge.py``): when the runner-up's median is within ``reach`` of the leader's, a paired
    shoot-out of the two decides on the median of their per-round ratios and its distribution-free interval:
    decided (outside the tie band ``tie_tolerance``), a tie (inside it), or a close call (neither, after
@@ -57,7 +58,7 @@ from .jit import jit_time
 from .measure import ReferenceCheck, poison
 from .race import Race, host_or_gpu, judge
 from .race.clock import Sample, Sampler
-from .race.provisional import provisional
+from .race.provisional import provisional, stayed
 from .table import Entry, Key, MiB
 
 
@@ -182,7 +183,7 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
         raise RuntimeError(no_candidate_left(key, skipped, ranked))
     entry.algo, entry.tied, verdict = judge.choose(race, lambda n: (
         not registry[n].deterministic, workspace.get(n, 0), entry.errors.get(n, 0.0), n), tuner)
-    entry.mean_times = race.contended()
+    entry.mean_times = stayed(race)
     entry.times = {n: race.block_costs.get(n, race.mean_cost(n)) if entry.mean_times else race.typical(n)
                    for n in race.rounds}
     entry.runs = {n: len(r) for n, r in race.rounds.items()}

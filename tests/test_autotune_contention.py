@@ -255,3 +255,21 @@ def test_the_machine_probe_returns_a_share():
     except OSError as e:
         pytest.skip(str(e))
     assert 0.0 <= share <= 1.0
+
+
+def test_beside_neighbours_that_come_and_go_a_contended_race_chooses_on_its_clean_runs_not_blocks():
+    clock = FakeClock()
+    # every other call of each waits (a burst): a 1 ms clean, 3 ms in a burst; b 1.5 ms clean, 2 ms in a burst.
+    # Most runs of both waited, retakes included (contended), but clean runs exist: a, 1.5x faster on them
+    def algos():
+        return fakes(clock, a=([1e-3, 3e-3] * 60, {"waits": [0.0, 2e-3] * 60}),
+                     b=([1.5e-3, 2e-3] * 60, {"waits": [0.0, 0.5e-3] * 60}))
+    t = tuner(clock, algos(), reader=ArrivingReader(clock))      # bursts come and go: never runnable before a call
+    t.conv2d(*arrays())
+    (e,) = t.dispatch_table()
+    assert e.algo == "a" and not e.mean_times and e.provisional
+    # where the platform cannot tell whether the neighbour stayed, blocks of calls decide: b's mean is the lower
+    t = tuner(clock, algos(), reader=OthersUnseenReader(clock))
+    t.conv2d(*arrays())
+    (e,) = t.dispatch_table()
+    assert e.algo == "b" and e.mean_times and e.provisional

@@ -21,11 +21,12 @@ decides on the median ratio and its interval:
 The shoot-out runs only when the runner-up's median is within ``reach`` of the leader's: a candidate 1.5x
 slower needs no interval. Cost: each pair costs both runs, so 5-12 pairs cost 10-24 runs of the leader.
 
-Beside a neighbour that stays (``Race.contended``: over a quarter of every candidate's runs waited), no pair
+Beside a neighbour that stays (``provisional.stayed``: over a quarter of every candidate's runs waited, and
+another process was runnable before nearly every sample), no pair
 is clean for long and a sub-millisecond run is clean or waits several milliseconds, by the luck of the
 neighbour's time slices, so neither a median nor the mean of a few runs says what a step pays there. The three
 candidates of smallest mean cost then run blocks of back-to-back calls (``block_seconds`` each, three rounds,
-interleaved: ``Race.blocks``), and the smallest cost per call in a block wins: what is fastest under the
+interleaved: ``blocks``), and the smallest cost per call in a block wins: what is fastest under the
 conditions measured. The choice is provisional, and raced again once the machine is quiet.
 """
 from __future__ import annotations
@@ -34,6 +35,7 @@ import math
 from typing import NamedTuple
 
 from ..measure import median
+from .provisional import stayed
 
 
 class Verdict(NamedTuple):
@@ -111,7 +113,7 @@ def choose(race, preference, settings) -> tuple[str, list, Verdict | None]:
     """(the choice, the candidates it was a tie among, the judge's verdict or None): the race's leader, unless
     the runner-up is within ``reach`` and the shoot-out finds it faster or tied (then ``preference`` decides:
     the smallest ``preference(name)`` wins)."""
-    if race.contended():
+    if stayed(race):
         # a neighbour was there most of the time: what is fastest under it, by blocks (the choice is
         # provisional, and raced again once the machine is quiet: ``provisional.py``)
         cost = blocks(race, sorted(race.rounds, key=race.mean_cost)[:3], settings.block_seconds)

@@ -18,8 +18,9 @@ not evidence of the algorithm's speed: it is set aside and retaken at the end of
 times, so a neighbour that comes and goes in bursts of tens of milliseconds is waited out (the retakes first
 wait, up to ``retake_wait``, for a moment when no other process is runnable). A neighbour that stays makes
 every retake wait too: the last one is kept, marked, and the choice made on such samples is provisional
-(``provisional.py``); a candidate whose retakes came back waiting in two rounds in a row is retaken no more
-(they would only triple its cost) and is judged on its runs, waits and all. Its waits may be its own (a BLAS
+(``provisional.py``, which also says when the race could not be cleaned); a candidate whose retakes came back
+waiting in two rounds in a row is retaken no more (they would only triple its cost) and is judged on its runs,
+waits and all. Its waits may be its own (a BLAS
 pool beside Numba's: three threads for two cores): a sample that waited with no other process runnable as it
 started or ended is not retaken, and two such make the candidate judged so (``_count_own_wait``).
 
@@ -45,6 +46,7 @@ import time
 
 from ..measure import median, without_spikes
 from .leaving import still_active
+from .provisional import neighbour_share_seen
 
 
 class Race:
@@ -127,35 +129,6 @@ class Race:
 
     def typical(self, name: str) -> float:
         return median(self.kept(name))
-
-    def waited_share(self, name: str) -> float:
-        """The share of the runs of ``name`` taken (retaken ones included) that waited for a CPU."""
-        taken = list(self.rounds[name].values()) + self.retaken[name]
-        return sum(map(self.waited, taken)) / len(taken) if taken else 0.0
-
-    def contended(self) -> bool:
-        """Whether every candidate timed more than once had over ``contended_share`` of its runs wait for a CPU:
-        the retakes could not clean the race, and the judge chooses by blocks of calls (``judge.py``). One
-        candidate's waits alone are its own threads' (a BLAS pool beside Numba's on two cores: measured quiet
-        here, im2col's and the non-fused Winograds' runs wait 19-56% of their time, Numba-only ones 0%), which a
-        step pays too: they mark nothing."""
-        taken = {n: len(r) + len(self.retaken[n]) for n, r in self.rounds.items()}
-        judged = [n for n in taken if taken[n] >= 2] or [n for n in taken if taken[n]]
-        return bool(judged) and min(self.waited_share(n) for n in judged) > self.s.contended_share
-
-    def shared(self) -> bool:
-        """Whether another process shared the cores while the race ran: another process had a task runnable
-        before at least ``neighbour_share`` of the samples (``neighbour_share_seen``), or ``contended``. The
-        choice is then provisional (``provisional.py`` says why the waits alone are not enough)."""
-        seen = self.neighbour_share_seen()
-        return (seen is not None and seen >= self.s.neighbour_share) or self.contended()
-
-    def neighbour_share_seen(self) -> float | None:
-        """The share of every sample taken (retaken ones included) just before which another process had a task
-        runnable; None where the platform cannot tell."""
-        seen = [s.neighbours for n, r in self.rounds.items() for s in list(r.values()) + self.retaken[n]
-                if s.neighbours is not None]
-        return sum(v > 0 for v in seen) / len(seen) if seen else None
 
     def mean_cost(self, name: str) -> float:
         """The mean of every run of ``name`` taken, retaken ones included: what a call costs on average under
@@ -264,7 +237,7 @@ class Race:
         (the runnable count polled every 0.5 ms), so the retakes run in a gap between a bursty neighbour's
         bursts rather than in the burst that spoiled the runs. A neighbour seen before nearly every sample
         (``neighbour_share``) stays: it is not waited for."""
-        seen = self.neighbour_share_seen()
+        seen = neighbour_share_seen(self)
         if seen is None or not 0 < seen < self.s.neighbour_share:
             return
         deadline = time.perf_counter() + self.s.retake_wait
