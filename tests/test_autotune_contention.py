@@ -273,3 +273,15 @@ def test_beside_neighbours_that_come_and_go_a_contended_race_chooses_on_its_clea
     t.conv2d(*arrays())
     (e,) = t.dispatch_table()
     assert e.algo == "b" and e.mean_times and e.provisional
+
+
+def test_runs_that_waited_while_the_others_ran_clean_do_not_settle_a_candidate():
+    clock = FakeClock()
+    # b's first call touched fresh memory (a warm-up, 1.4 ms); its first round's run and both retakes waited
+    # (3 ms, 2.2 of them waiting: a neighbour's burst), then it runs 0.9 ms clean, against a's clean 1 ms. The
+    # waited runs say nothing of its speed: it is not settled on them and its warm-up, and it wins
+    b = ([1.4e-3] + [3e-3] * 3 + [0.9e-3] * 80, {"waits": [0.0] + [2.2e-3] * 3 + [0.0] * 80, "faults": [100, 0]})
+    t = tuner(clock, fakes(clock, a=1e-3, b=b), reader=OthersUnseenReader(clock), pair_below=0.0)
+    t.conv2d(*arrays())
+    (e,) = t.dispatch_table()
+    assert e.algo == "b" and e.retaken["b"] == 2 and e.times["b"] == pytest.approx(0.9e-3)

@@ -10,7 +10,9 @@ either left in or leaves as
   candidate costs its checked call, or two or three runs;
 - settled, when two clean race runs show its fastest over ``settle_ratio`` times the leader's median: it cannot
   tie (a short call's checked call, which screens only, is not one of the two, unless its fastest is over
-  ``spike_ratio`` times that: more than one run's disturbance could add);
+  ``spike_ratio`` times that: more than one run's disturbance could add; a run that waited is not one either,
+  until its retakes are stuck: beside neighbours that come and go, ``winograd_fused_4x4`` was settled on two
+  runs that waited 60% and more, 2.8x ``direct``'s clean ones, and ``direct`` kept);
 - done, with ``min_runs`` clean runs and its median known to ``precision`` (MAD/median/sqrt(n)), or when the
   rounds have cost ``cost_cap`` times the leader's median (or ``time_budget`` seconds) and it has ``min_runs``
   clean runs (or twice as many of any kind); at ``max_runs`` in any case.
@@ -65,10 +67,13 @@ def continues(race, name: str, leader: str, best: float, over: bool) -> bool:
     warm_up = [] if 0 in race.rounds[name] else [race.warmup[name]]    # else its warm-up is run 0
     every = runs + warm_up
     first = warm_up or ([runs[0]] if race.screening(name) else [])     # the run that is not a step run
-    # evidence that it is slow: runs that waited count too (waiting only adds time)
-    steps = len(race.kept_steps(name))
-    evidence = steps + any(t <= s.spike_ratio * min(every) for t in first)
-    settling = steps + any(t <= s.spike_ratio * min(every) for t in warm_up)     # not a screening checked call
+    # evidence that it is slow, to abandon it at abandon_ratio: runs that waited count too (waiting only adds time)
+    evidence = len(race.kept_steps(name)) + any(t <= s.spike_ratio * min(every) for t in first)
+    # evidence that it cannot tie, to settle it: its clean runs (``clean``: one that waited while the others ran
+    # clean says nothing of its speed) and warm-up, a screening checked call only with one of them
+    calm = clean + [t for t in warm_up if t <= s.spike_ratio * min(every)]
+    screen = [runs[0]] if race.screening(name) and runs[0] <= s.spike_ratio * min(every) else []
+    lowest = min(calm + screen, default=0.0)
     floor = max((f for f in map(race.floor, race.rounds[name].values()) if f is not None), default=0.0)
     fastest = min(every)
     if name != leader and best > 0:
@@ -84,8 +89,8 @@ def continues(race, name: str, leader: str, best: float, over: bool) -> bool:
             race.abandoned[name] = (f"all {len(every)} of its runs{' (warm-up included)' if warm_up else ''} took at "
                                     f"least {fastest / best:.1f}x the best median (abandon_ratio={s.abandon_ratio})")
             return False
-        one_run = evidence >= 2 and fastest > s.spike_ratio * s.settle_ratio * best   # over what one run's noise
-        if (settling >= 2 or one_run) and fastest > s.settle_ratio * best:               # could have added
+        one_run = bool(calm and screen) and lowest > s.spike_ratio * s.settle_ratio * best   # past what one
+        if (len(calm) >= 2 or one_run) and lowest > s.settle_ratio * best:                  # run's noise adds
             return False                # it cannot tie the best: its median needs no more precision
     if len(runs) >= s.max_runs or (over and (len(clean) >= s.min_runs or len(runs) >= 2 * s.min_runs)):
         return False
