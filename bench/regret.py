@@ -22,7 +22,7 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
    the judge also runs twice, back to back, each pass of three times the rounds, and its two passes judge each
    other the same way: a neighbour's time slices stall a sub-millisecond call's whole thread pool by luck, and
    passes of 7 rounds disagreed with themselves by up to 838% (10 ms blocks; 480% with 50 ms blocks), of 21
-   rounds by 0-11% (2026-12-05 18:31). This machine (a 2-core VM)
+   rounds by 0-11% in one run (2026-12-05 18:31) and up to 273% in the next (18:46): still a lottery there. This machine (a 2-core VM)
    changes speed every few seconds, quiet as it is, and slows algorithms unequally (``bench.speed_states``,
    ``cpu-speed-states.md``: on the 1x1 stride-2 layer, ``direct`` over ``direct_channels`` between 0.81-0.84
    and 1.18-1.42 within 45 s in each import order, each 1.65-2.36x its fastest at its slowest), so a choice
