@@ -8,8 +8,12 @@ is fair only if the machine runs each algorithm at one speed from one moment to 
 alike. This bench asks: in one fresh process per import order (``bench.orders``: numpy, torch or convalgos
 first), one after the other, on a quiet machine (no other process: probed before and after), every
 ``--every`` seconds it times both algorithms by the judge's rule (``regret_layers.judge``'s blocks: the pool
-woken, one call untimed, a block of back-to-back calls; the median of three blocks each) and a STREAM triad
-(the memory bandwidth, best of three), and writes each moment's times and their ratio. Where the ratio moves
+woken, one call untimed, a block of back-to-back calls; the median of three blocks each), by the race's rule
+(``autotune.race.clock.Sampler``: the pool woken, one call of its own untimed, one call timed, the contention
+readings around it; the median of five samples each, interleaved) and a STREAM triad (the memory bandwidth,
+best of three), and writes each moment's times and their ratio by both rules. Where the two rules' ratios move
+together moment by moment, the race and the judge measure the same thing, and a choice that a later judge calls
+a regret was right in the race's moment. Where the ratio moves
 run to run by more than a tie band, no race taken at one moment can be right at every other: that spread is
 the floor under any regret measured across moments (``bench.regret``'s "judge against itself" row).
 """
@@ -30,8 +34,9 @@ def child(args) -> dict:
     """Time the two algorithms every ``args.every`` seconds for ``args.seconds``: the moments' times (ms) and
     triad bandwidths, with the machine probed before and after."""
     import convalgos
-    from autotune.measure import median
-    from autotune.race.contention import machine_wait_share
+    from autotune.measure import Timer, median
+    from autotune.race.clock import Sampler
+    from autotune.race.contention import machine_wait_share, reader
     from bench.regret_layers import LAYERS, Layer, block
 
     layer = Layer(*LAYERS[args.layer])
@@ -50,11 +55,21 @@ def child(args) -> dict:
 
     for name in names:
         block(calls[name], 30)                                 # compiled and warm before the first moment
+    sampler = Sampler(Timer(), reader())
+    sampler.reader.refresh()
+
+    def race_ms():
+        samples = {n: [] for n in names}
+        for _ in range(5):
+            for n in names:
+                samples[n].append(sampler.take(calls[n], lead=1).seconds)
+        return {n: median(v) * 1e3 for n, v in samples.items()}
     before = machine_wait_share(0.3)
     rows, end = [], time.perf_counter() + args.seconds
     while time.perf_counter() < end:
         times = {n: median([block(calls[n], 30) for _ in range(3)]) * 1e3 for n in names}
-        rows.append({"when": time.strftime("%H:%M:%S"), "ms": times, "triad": max(triad_gbs() for _ in range(3))})
+        rows.append({"when": time.strftime("%H:%M:%S"), "ms": times, "race_ms": race_ms(),
+                     "triad": max(triad_gbs() for _ in range(3))})
         time.sleep(args.every)
     return {"layer": f"{layer.name} ({layer.op})", "rows": rows, "before": before,
             "after": machine_wait_share(0.3)}
@@ -66,6 +81,7 @@ def section(order: str, run: dict, names: list) -> list:
     first, second = names
     rows = run["rows"]
     ratios = [r["ms"][first] / r["ms"][second] for r in rows]
+    race = [r["race_ms"][first] / r["race_ms"][second] for r in rows]
     fast = {n: min(r["ms"][n] for r in rows) for n in names}
     slow = {n: max(r["ms"][n] for r in rows) for n in names}
     return ["", f"## {order} first", "",
@@ -75,10 +91,18 @@ def section(order: str, run: dict, names: list) -> list:
             f"the faster at that moment. Slowest moment over fastest: {first} {slow[first] / fast[first]:.2f}x, "
             f"{second} {slow[second] / fast[second]:.2f}x. Moments with {first} the faster by over 3%: "
             f"{sum(r < 1 / 1.03 for r in ratios)}; with {second} the faster by over 3%: "
-            f"{sum(r > 1.03 for r in ratios)}; within 3%: {sum(1 / 1.03 <= r <= 1.03 for r in ratios)}.", "",
-            f"| time (UTC) | {first} ms | {second} ms | ratio | triad GB/s |", "|---|---|---|---|---|"] + [
+            f"{sum(r > 1.03 for r in ratios)}; within 3%: {sum(1 / 1.03 <= r <= 1.03 for r in ratios)}. By the "
+            f"race's rule the ratio ran from {min(race):.2f} to {max(race):.2f} (median {median(race):.2f}); "
+            f"correlation with the judge's, moment by moment: {correlation(ratios, race):.2f}.", "",
+            f"| time (UTC) | {first} ms | {second} ms | ratio | race's rule: ratio | triad GB/s |",
+            "|---|---|---|---|---|---|"] + [
             f"| {r['when']} | {r['ms'][first]:.3f} | {r['ms'][second]:.3f} | {r['ms'][first] / r['ms'][second]:.2f} "
-            f"| {r['triad']:.1f} |" for r in rows]
+            f"| {x:.2f} | {r['triad']:.1f} |" for r, x in zip(rows, race)]
+
+
+def correlation(a: list, b: list) -> float:
+    """Pearson's correlation of two equal-length lists (0 where either is constant)."""
+    return float(np.corrcoef(a, b)[0, 1]) if len(a) > 1 and np.std(a) > 0 and np.std(b) > 0 else 0.0
 
 
 def main(argv=None) -> None:
@@ -102,7 +126,8 @@ def main(argv=None) -> None:
              f"`python -m bench.speed_states --layer {args.layer} --algorithms {args.algorithms} --seconds "
              f"{args.seconds:g}`: layer \"{next(iter(runs.values()))['layer']}\", one fresh process per import "
              f"order, one after the other; each moment times both by the judge's rule (the median of three blocks "
-             f"of 30 back-to-back calls, the pool woken and one call untimed before each)."]
+             f"of 30 back-to-back calls, the pool woken and one call untimed before each) and by the race's (the "
+             f"median of five single calls, each after an untimed one of its own, interleaved)."]
     for order, run in runs.items():
         lines += section(order, run, names)
     write_record(Path(args.out), "\n".join(lines) + "\n")
