@@ -20,9 +20,9 @@ wait, up to ``retake_wait``, for a moment when no other process is runnable). A 
 every retake wait too: the last one is kept, marked, and the choice made on such samples is provisional
 (``provisional.py``, which also says when the race could not be cleaned); a candidate whose retakes came back
 waiting in two rounds in a row is retaken no more (they would only triple its cost) and is judged on its runs,
-waits and all. Its waits may be its own (a BLAS
-pool beside Numba's: three threads for two cores): a sample that waited with no other process runnable as it
-started or ended is not retaken, and two such make the candidate judged so (``_count_own_wait``).
+waits and all. Its waits may be its own (a BLAS pool beside Numba's: three threads for two cores): a sample
+that waited with no other process runnable as it started or ended is not retaken, and two such make the
+candidate judged so (``_count_own_wait``).
 
 After each round the candidates that have their answer leave the race (``leaving.py``: abandoned, settled or
 done). A candidate that stopped early behind a leader that then slowed down may end up leading on one or two
