@@ -7,7 +7,12 @@ layer class and records, per class, the algorithms from fastest to slowest. The 
     {"devices": {"cpu": {"forward": [rule, ...], "backward_data": [...], "backward_filter": [...]}}}
 
     rule = {"name": "3x3 stride 1, wide", "when": {"kernel": [3, 3], "stride": [1, 1], "min_channels": 64},
-            "order": ["winograd_4x4", "im2col", ...], "score": {"winograd_4x4": 1.0, ...}}
+            "order": ["winograd_4x4", "im2col", ...], "score": {"winograd_4x4": 1.0, ...},
+            "closest": {"winograd_4x4": 1.0, "im2col": 1.4, ...}}
+
+``score`` is the geometric mean over the class's representative layers of an algorithm's time / the layer's
+best time (what ``order`` sorts by); ``closest`` the smallest of those ratios (what the tuner prunes by,
+``slowdowns``).
 
 ``when`` compares features of the layer (``features`` below): ``feature: value`` must be equal,
 ``min_feature`` / ``max_feature`` bound it (inclusive). The first rule whose ``when`` holds fires; an empty
@@ -29,8 +34,8 @@ one registry entry per shape) from the layer's GEMM: each shape's estimate is mu
 (its tiles' padding of the M x N result, the multiprocessors its grid leaves idle, and its register tile's reuse:
 8x8 does 4 multiply-adds per load, the textbook ``implicit_gemm`` 0.5), the shapes' slowdowns over the best one
 are named in the rule, and ``slowdowns`` returns them, so the tuner prunes a shape the seed expects to lose by
-``prune_ratio`` (6x) or more, as it prunes measured losers. ``{"rules": [...]}`` (no "devices") is the same
-rules for every device and pass.
+``ESTIMATE_MARGIN`` x ``prune_ratio`` (6x) or more, as it prunes measured losers at ``prune_ratio`` (2x).
+``{"rules": [...]}`` (no "devices") is the same rules for every device and pass.
 
 A pass run on a prepared weight (eval mode: the weight's transform is made once, not timed) has its own rules
 under ``"<pass> prepared"`` ("forward prepared"), measured that way: Winograd and FFT rank higher there.
@@ -51,6 +56,9 @@ UNMEASURED = "; not in its measurements, after them by fewest FLOPs: "
 TEXTBOOK_TILING = (16, 16, 1, 1)
 #: multiply-adds per shared-memory load of an 8x8 register tile: the seed's best reuse (slowdown 1)
 BEST_REUSE = 4.0
+#: a seed's estimate (a datasheet's peak, not a measurement) prunes only this many times further behind than a
+#: measured slowdown does (``estimated``): with the tuner's prune_ratio of 2, a tile shape estimated 6x behind
+ESTIMATE_MARGIN = 3.0
 
 
 def features(p: ConvParams) -> dict:
@@ -145,15 +153,26 @@ class Heuristics:
             return sorted(names, key=lambda n: (cost[n], names.index(n))), rule
         return sorted(names, key=lambda n: (flops[n], names.index(n))), f"fewest FLOPs first ({why})"
 
+    def estimated(self, rule_name: str) -> bool:
+        """Whether ``slowdowns`` of this rule are the seed's estimates, not measurements (``ESTIMATE_MARGIN``)."""
+        return rule_name in self._seeded_slowdowns
+
     def slowdowns(self, rule_name: str, names, op: str = "forward", device: str = "cpu",
                   prepared: bool = False) -> dict:
-        """name -> its measured score in that rule over the best score among ``names`` (where measured)."""
+        """name -> how much slower than the best of ``names`` the rule's measurements found it (where measured),
+        what the tuner prunes by: its ``closest`` (the smallest time / best time over the class's layers: how near
+        the best it ever came) where the rule records one, else its ``score`` (the geometric mean) over the
+        best score among ``names``. The closest is the safe one to prune by: a mean over a few layers can hide
+        the one where it won, and one that never came within ``prune_ratio`` of the best on any layer of the
+        class is not worth a call."""
         if rule_name in self._seeded_slowdowns:
             seeded = {n: s for n, s in self._seeded_slowdowns[rule_name].items() if n in names}
             best = min(seeded.values(), default=1.0)
             return {n: s / best for n, s in seeded.items()}
         rule_name = rule_name.split(UNMEASURED)[0]
         rule = next((r for r in self.rules(op, device, prepared) if r["name"] == rule_name), {})
+        if "closest" in rule:
+            return {n: rule["closest"][n] for n in names if n in rule["closest"]}
         score = {n: rule.get("score", {})[n] for n in names if n in rule.get("score", {})}
         best = min(score.values(), default=1.0)
         return {n: s / best for n, s in score.items()}

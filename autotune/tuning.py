@@ -2,9 +2,10 @@
 
 1. Candidates: every algorithm of the device's registry whose ``supports(p, op)`` holds, minus the
    non-deterministic ones when ``deterministic``, minus those over ``workspace_limit``; ranked by the
-   heuristic; ``benchmark_limit`` keeps the best ranked N; ``prune_ratio`` drops those the heuristic's
-   measurements found that many times slower than the best of the layer's class (every candidate costs at
-   least two of its runs, so one 20x slower costs 40 runs of the winner). Every exclusion is recorded
+   heuristic; ``benchmark_limit`` keeps the best ranked N; ``prune_ratio`` (2) drops those the heuristic's
+   measurements never found within that many times the best on any layer of the layer's class (``closest``
+   in ``heuristics.json``; every candidate costs at least its checked call, so one 20x slower costs 20 runs of
+   the winner; a seed's estimate prunes at 3x that, ``heuristics.ESTIMATE_MARGIN``). Every exclusion is recorded
    with its reason. When nothing fits the workspace limit, the error names the smallest workspace that would.
    First, the device's backend must run here (``convalgos.arrays.gpu_problem``): a GPU without CuPy, a driver
    or a working compiler is one ``GPUUnavailableError`` naming the fix, not every candidate failing with it.
@@ -54,6 +55,7 @@ import numpy as np
 from convalgos import UnsupportedError
 from convalgos.backends import BACKENDS
 
+from .heuristics import ESTIMATE_MARGIN
 from .jit import jit_time
 from .measure import ReferenceCheck, poison
 from .race import Race, host_or_gpu, judge
@@ -240,8 +242,12 @@ def _limit_and_prune(tuner, ranked: list, rule: str, key: Key, skipped: dict, ki
         ranked = ranked[:limit]
     if tuner.prune_ratio is not None:
         slowdowns = tuner.heuristics.slowdowns(rule, ranked, op=key.op, device=kind, prepared=key.prepared)
+        estimated = tuner.heuristics.estimated(rule)
         for name, slowdown in slowdowns.items():
-            if slowdown >= tuner.prune_ratio:
+            if estimated and slowdown >= ESTIMATE_MARGIN * tuner.prune_ratio:
+                skipped[name] = (f"pruned: the seed's estimate puts it {slowdown:.1f}x behind the best (prune_ratio="
+                                 f"{tuner.prune_ratio} x {ESTIMATE_MARGIN:g} for an estimate)")
+            elif not estimated and slowdown >= tuner.prune_ratio:
                 skipped[name] = (f"pruned: rule {rule!r} measured it {slowdown:.1f}x slower than the best of its "
                                  f"class (prune_ratio={tuner.prune_ratio})")
     return [n for n in ranked if n not in skipped]

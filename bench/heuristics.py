@@ -81,20 +81,25 @@ def layer_times(p, measured: str, rounds: int, device: str = "cpu") -> dict:
     return time_pass(p, op, x, w, dy, rounds, peer=False, slow=SLOW, prepared=op != measured)[0]
 
 
-def ranking(times_per_layer: list) -> list:
-    """Algorithm names by the geometric mean of time / best time over the layers each supports."""
+def ranking(times_per_layer: list) -> tuple[list, dict, dict]:
+    """(algorithm names by score, name -> score, name -> closest): the score is the geometric mean of time / best
+    time over the layers each supports, what ranks them; the closest, the smallest of those ratios, is how near
+    the best it ever came on one of the class's layers, what the tuner prunes by (a mean can hide one layer
+    where it won)."""
     ratios: dict = {}
     for times in times_per_layer:
         best = min(times.values())
         for name, t in times.items():
             ratios.setdefault(name, []).append(t / best)
     score = {name: float(np.exp(np.mean(np.log(r)))) for name, r in ratios.items()}
-    return sorted(score, key=lambda n: (score[n], n)), score
+    closest = {name: float(min(r)) for name, r in ratios.items()}
+    return sorted(score, key=lambda n: (score[n], n)), score, closest
 
 
 def rule(name: str, when: dict, times_per_layer: list) -> dict:
-    order, score = ranking(times_per_layer)
-    return {"name": name, "when": when, "order": order, "score": {n: round(score[n], 3) for n in order}}
+    order, score, closest = ranking(times_per_layer)
+    return {"name": name, "when": when, "order": order, "score": {n: round(score[n], 3) for n in order},
+            "closest": {n: round(closest[n], 3) for n in order}}
 
 
 def pass_rules(measured: str, rounds: int, quick: bool, device: str = "cpu") -> list:
@@ -124,6 +129,7 @@ def measure(rounds: int, quick: bool, passes=MEASURED, old=None, device: str = "
             "measured": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "machine": fingerprint(), "convalgos": convalgos.__version__,
             "score": "geometric mean of time / best time over the class's layers",
+            "closest": "smallest time / best time over the class's layers",
             **({"seeds": old["seeds"]} if "seeds" in old else {}), "devices": devices}
 
 

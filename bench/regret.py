@@ -14,12 +14,13 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
 4. bursty: a tuning beside neighbours that come and go on every core;
 5. the judge, quietly, twice: every algorithm that supports the pass, timed as a step pays for a call
    (``regret_layers.judge``: blocks of back-to-back calls with the pool awake, ``--rounds`` interleaved
-   rounds, medians; quietly each round goes over every layer before the next, ``judge_layers``, so a layer's
-   rounds span the pass rather than one of the machine's slow phases; under the steady neighbour the same,
+   rounds, 15 by default (7 until 2026-12-05 evening: two passes of 7 disagreed by up to 33% on the 1x1
+   stride-2 pair), medians; quietly each round goes over every layer before the next, ``judge_layers``, so a
+   layer's rounds span the pass rather than one of the machine's slow phases; under the steady neighbour the same,
    waits included), once after the warm phase and once last, a minute or two apart. A choice's regret is its
    time over the best time, less one, both the mean of the two passes. The two passes also judge each other
    (the first's fastest timed by the second): the noise floor of any regret here. Under the steady neighbour
-   the judge also runs twice, back to back, each pass of three times the rounds, and its two passes judge each
+   the judge also runs twice, back to back, each pass of ``--steady-rounds`` (21), and its two passes judge each
    other the same way: a neighbour's time slices stall a sub-millisecond call's whole thread pool by luck, and
    passes of 7 rounds disagreed with themselves by up to 838% (10 ms blocks; 480% with 50 ms blocks), of 21
    rounds by 0-11% in one run (2026-12-05 18:31) and up to 273% in the next (18:46): still a lottery there. This machine (a 2-core VM)
@@ -78,8 +79,8 @@ def child(args) -> dict:
             t, entry = tune(layer)
             tuners.append(t)
             out["steady"].append(entry)
-            out["judge_steady_1"].append(judge(layer, 3 * args.rounds))
-            out["judge_steady_2"].append(judge(layer, 3 * args.rounds))
+            out["judge_steady_1"].append(judge(layer, args.steady_rounds))
+            out["judge_steady_2"].append(judge(layer, args.steady_rounds))
     out["judge_steady"] = [{n: (one[n] + two[n]) / 2 for n in one}
                            for one, two in zip(out["judge_steady_1"], out["judge_steady_2"])]
     out["quiet"]["after"] = machine_wait_share(0.2)
@@ -104,7 +105,9 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     orders.add_arguments(ap, rounds=None)
     ap.add_argument("--layers", type=int, default=12, help="how many of the layers (default all 12)")
-    ap.add_argument("--rounds", type=int, default=7, help="the judge's interleaved rounds of blocks (default 7)")
+    ap.add_argument("--rounds", type=int, default=15, help="the quiet judge's interleaved rounds of blocks (default 15)")
+    ap.add_argument("--steady-rounds", type=int, default=21,
+                    help="the steady neighbour's judge's rounds, each pass (default 21)")
     ap.add_argument("--after", type=float, default=1.0, help="seconds of calls once the neighbour is gone")
     ap.add_argument("--out", default=str(RESULTS / "cpu-regret.md"))
     args = ap.parse_args(argv)
@@ -117,7 +120,8 @@ def main(argv=None) -> None:
     runs = {}
     for order in args.orders:
         runs[order] = orders.run_child(order, "bench.regret", ["--child", "--layers", str(args.layers), "--rounds",
-                                                                str(args.rounds), "--after", str(args.after)],
+                                                                str(args.rounds), "--steady-rounds", str(args.steady_rounds),
+                                                                "--after", str(args.after)],
                                        args.keep_env)
     write_record(__import__("pathlib").Path(args.out), render(runs, load, args))
 

@@ -37,7 +37,8 @@ def _pct(values) -> str:
 def render(runs: dict, load: float, args) -> str:
     orders = list(runs)
     lines = [header("The tuner's regret: benchmark mode's choices against races of every algorithm"), "",
-             f"`python -m bench.regret --layers {args.layers} --rounds {args.rounds} --after {args.after}`: one "
+             f"`python -m bench.regret --layers {args.layers} --rounds {args.rounds} --steady-rounds {args.steady_rounds} "
+             f"--after {args.after}`: one "
              f"fresh process per import order. Load average at the start: {load:.2f}. The machine's contention, "
              f"probed from outside before each quiet phase (share of two spinning probes' time spent waiting for a "
              f"CPU; ~0 is quiet, ~0.33 is one core of two taken): "
@@ -47,7 +48,7 @@ def render(runs: dict, load: float, args) -> str:
              "was kept); the judge times blocks of back-to-back calls, as a step pays for them "
              "(`bench/regret_layers.py`); the quiet judge is the mean of two passes a minute or two apart (after "
              "the warm tunings, and last), the steady neighbour's the mean of two passes back to back under it, "
-             "of three times the rounds each. Tuning cost: the tuning's seconds (JIT excluded) over the quiet "
+             f"of {args.steady_rounds} rounds each. Tuning cost: the tuning's seconds (JIT excluded) over the quiet "
              "judge's time of the chosen algorithm.", "",
              "| measure | " + " | ".join(f"{o} first" for o in orders) + " | target |",
              "|---|" + "---|" * len(orders) + "---|"]

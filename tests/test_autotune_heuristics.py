@@ -50,9 +50,21 @@ def test_an_algorithm_the_rule_did_not_measure_ranks_after_it_by_flops_and_the_r
     assert h.slowdowns(rule, ranked, op="forward") == {"b": 1.0, "a": 8.0}
 
 
-def test_ranking_is_by_geometric_mean_of_ratio_to_best():
-    order, score = script.ranking([{"a": 1.0, "b": 2.0}, {"a": 4.0, "b": 1.0, "c": 1.5}])
+def test_ranking_is_by_geometric_mean_of_ratio_to_best_and_records_the_closest():
+    order, score, closest = script.ranking([{"a": 1.0, "b": 2.0}, {"a": 4.0, "b": 1.0, "c": 1.5}])
     assert order == ["b", "c", "a"] and np.isclose(score["a"], 2.0) and np.isclose(score["b"], 2 ** 0.5)
+    assert closest == {"a": 1.0, "b": 1.0, "c": 1.5}
+
+
+def test_slowdowns_are_the_closest_approach_where_the_rule_records_it():
+    """Pruning goes by how near the best an algorithm ever came on the class's layers: "a" won one layer and
+    lost another 16x (geometric mean 4x), so it is never pruned at 2.5x; "c" never came within 3x."""
+    rule = {"name": "f", "when": {}, "order": ["b", "a", "c"], "score": {"b": 1.0, "a": 4.0, "c": 5.0},
+            "closest": {"b": 1.0, "a": 1.0, "c": 3.0}}
+    h = Heuristics({"devices": {"cpu": {"forward": [rule]}}})
+    assert h.slowdowns("f", ["a", "b", "c"], op="forward") == {"a": 1.0, "b": 1.0, "c": 3.0}
+    del rule["closest"]                    # an older file: the scores over the best score among the names
+    assert h.slowdowns("f", ["a", "c"], op="forward") == {"a": 1.0, "c": 1.25}
 
 
 def test_prepared_keys_use_their_own_rules_where_measured():
@@ -80,7 +92,9 @@ def test_heuristics_json_is_the_scripts_output():
                                                            + [("default" + suffix, {})])
         for r in rules:
             scores = [r["score"][n] for n in r["order"]]          # best first, by its (rounded) scores
-            assert scores == sorted(scores) and set(r["order"]) == set(r["score"])
+            assert scores == sorted(scores) and set(r["order"]) == set(r["score"]) == set(r["closest"])
+            assert min(r["closest"].values()) == 1.0            # some algorithm was the best of a layer
+            assert all(1.0 <= r["closest"][n] <= r["score"][n] + 1e-3 for n in r["order"])   # a min <= a mean
         for name, when, layers in script.CLASSES:      # every class's layers fire their own rule
             for p in layers:
                 assert h.rank(p, list(convalgos.ALGORITHMS), op=op, prepared=prepared)[1] == name + suffix

@@ -163,6 +163,21 @@ def test_prune_ratio_skips_what_the_heuristic_measured_far_slower():
     assert tuned(clock, algos, heuristics=rules, prune_ratio=None).algo == "c"
 
 
+def test_a_seed_estimate_prunes_only_three_times_further_behind():
+    """A datasheet's estimate is no measurement: at prune_ratio 2 it prunes what it puts 6x behind, not 4x."""
+    class Seeded(Heuristics):
+        def estimated(self, rule_name):
+            return True
+
+    clock = FakeClock()
+    algos = fakes(clock, a=1e-3, b=2e-3, c=1e-4)
+    rules = Seeded({"rules": [{"name": "r", "when": {}, "order": ["a", "b", "c"],
+                               "score": {"a": 1.0, "b": 4.0, "c": 8.0}}]})
+    entry = tuned(clock, algos, heuristics=rules, prune_ratio=2.0)
+    assert "b" not in entry.skipped and algos["c"].calls == 0
+    assert entry.skipped["c"].startswith("pruned: the seed's estimate puts it 8.0x behind")
+
+
 def test_a_short_call_is_timed_right_after_a_call_of_its_own_and_a_long_one_alone():
     clock = FakeClock()
     # a call right after another fake's costs 0.5 ms more (cold caches): a's and b's race samples never pay it
