@@ -31,8 +31,10 @@ rng = np.random.default_rng(0)
 # `python -m bench.heuristics` times every algorithm on a few layers of each layer class (3x3 stride 1 on
 # narrow or wide channels, 1x1, strided, large kernels, dilated, depthwise) and writes, per device and pass,
 # one rule per class: the algorithms from fastest to slowest, with each one's score (its time over the best,
-# a geometric mean over the class's layers). The first rule whose `when` holds fires. The file says where and
-# when it was measured:
+# a geometric mean over the class's layers). The first rule whose `when` holds fires. Each rule also keeps each
+# algorithm's **closest** approach to the best (its smallest time over the best on any of the class's layers):
+# benchmark mode does not even run one that never came within `prune_ratio` (2x) of the best there, since a
+# mean can hide the one layer an algorithm won, a minimum cannot. The file says where and when it was measured:
 
 # %%
 data = json.load(open("../autotune/heuristics.json"))
@@ -49,7 +51,9 @@ for op in ("forward", "backward_data", "backward_filter"):
     print(f"\n{op}: {len(rules[op])} rules, first match wins")
     for rule in rules[op]:
         top = ", ".join(f"{n} {rule['score'][n]:.2f}" for n in rule["order"][:3])
-        print(f"  {rule['name']:<24} when {json.dumps(rule['when']):<70} -> {top}, ...")
+        pruned = [n for n in rule["order"] if rule["closest"][n] >= 2.0]
+        print(f"  {rule['name']:<24} when {json.dumps(rule['when']):<70} -> {top}, ...; never within 2x: "
+              f"{', '.join(pruned) or 'none'}")
 print(f"\npasses with rules of their own: {list(rules)}; devices: {list(data['devices'])} (the GPU ranks by "
       f"FLOPs and workspace from a datasheet seed: {list(data.get('seeds', {}))})")
 
