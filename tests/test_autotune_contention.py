@@ -285,3 +285,14 @@ def test_runs_that_waited_while_the_others_ran_clean_do_not_settle_a_candidate()
     t.conv2d(*arrays())
     (e,) = t.dispatch_table()
     assert e.algo == "b" and e.retaken["b"] == 2 and e.times["b"] == pytest.approx(0.9e-3)
+
+
+def test_runs_that_waited_settle_a_candidate_on_their_floors():
+    clock = FakeClock()
+    # b's runs take 2.8 ms, 1.0 of them waiting, a neighbour runnable as each ends (not its own waits: retaken):
+    # 1.8 ms less its waits, over settle_ratio x a's 1 ms, whatever the neighbour did. Two such floors settle b,
+    # rather than retaking it round after round until its retakes are stuck
+    t = tuner(clock, fakes(clock, a=1e-3, b=(2.8e-3, {"waits": 1.0e-3})), reader=ArrivingReader(clock))
+    t.conv2d(*arrays())
+    (e,) = t.dispatch_table()
+    assert e.algo == "a" and e.runs["b"] == 2 and e.calls["b"] <= 4
