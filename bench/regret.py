@@ -53,12 +53,13 @@ def child(args) -> dict:
     import autotune
     from autotune.race.contention import machine_wait_share
     from bench.neighbours import neighbour
-    from bench.regret_layers import LAYERS, Layer, judge, judge_layers
+    from bench.regret_layers import LAYERS, Layer, judge, judge_layers, placement_us
 
     layers = [Layer(*spec) for spec in LAYERS[:args.layers]]
     out = {"layers": [l.name for l in layers], "ops": [l.op for l in layers], "quiet": {}}
 
     def tune(layer):
+        placement = placement_us()                 # where the vCPUs sit as it races (regret_report)
         t = autotune.Tuner(benchmark=True)
         start = time.perf_counter()
         layer.call(t)
@@ -66,13 +67,14 @@ def child(args) -> dict:
         (entry,) = t.dispatch_table()
         return t, {"algo": entry.algo, "seconds": entry.tuning_seconds, "wall": wall,
                    "jit": sum(entry.jit.values()), "provisional": bool(entry.provisional),
-                   "verdict": entry.verdict.get("outcome", ""), "times": entry.times}
+                   "verdict": entry.verdict.get("outcome", ""), "times": entry.times, "placement_us": placement}
 
     for phase in ("first", "warm"):
         out["quiet"][phase] = machine_wait_share(0.2)
         out[phase] = [tune(l)[1] for l in layers]
     out["quiet"]["judge 1"] = machine_wait_share(0.2)
-    out["judge_quiet_1"] = judge_layers(layers, args.rounds)
+    judges = judge_layers(layers, args.rounds)
+    out["judge_quiet_1"], out["judge_quiet_rounds_1"] = [j.times() for j in judges], [j.record() for j in judges]
     with neighbour("steady"):
         tuners, out["steady"], out["judge_steady_1"], out["judge_steady_2"] = [], [], [], []
         for layer in layers:
@@ -90,11 +92,13 @@ def child(args) -> dict:
         while time.perf_counter() < end:
             layer.call(t)
         (entry,) = t.dispatch_table()
-        out["after"].append({"algo": entry.algo, "reraced": entry.reraced, "provisional": bool(entry.provisional)})
+        out["after"].append({"algo": entry.algo, "reraced": entry.reraced, "provisional": bool(entry.provisional),
+                             "placement_us": placement_us()})
     with neighbour("bursty"):
         out["bursty"] = [tune(l)[1] for l in layers]
     out["quiet"]["judge 2"] = machine_wait_share(0.2)
-    out["judge_quiet_2"] = judge_layers(layers, args.rounds)
+    judges = judge_layers(layers, args.rounds)
+    out["judge_quiet_2"], out["judge_quiet_rounds_2"] = [j.times() for j in judges], [j.record() for j in judges]
     out["judge_quiet"] = [{n: (one[n] + two[n]) / 2 for n in one}
                           for one, two in zip(out["judge_quiet_1"], out["judge_quiet_2"])]
     out["threads"], out["numpy"] = __import__("numba").get_num_threads(), np.__version__

@@ -18,7 +18,7 @@ import numpy as np
 
 import convalgos
 from autotune.measure import median
-from autotune.race.clock import wake_pool
+from autotune.race.clock import fork_join_seconds, wake_pool
 
 #: an algorithm whose first block is this many times the best first block is not timed again
 SLOW = 3.0
@@ -77,7 +77,9 @@ class Judge:
     before it), one block of each algorithm per round in a seeded shuffled order; ``times()`` the median over
     the rounds. Under a neighbour a block's time holds the waits as a step meets them: its mean cost there. An
     algorithm whose first block took over ``SLOW`` times the best first block is timed in that one block only
-    (it cannot be the best; its figure is still its cost, for a tuner that chose it)."""
+    (it cannot be the best; its figure is still its cost, for a tuner that chose it). Before each round the pool's
+    fork/join latency is read (``placements``, us: where the host had put the vCPUs, ``clock.fork_join_seconds``),
+    so a choice can be judged on the rounds taken in the placement it was raced in (``regret_report``)."""
 
     def __init__(self, layer: Layer, block_seconds: float = 0.01):
         out = np.empty(layer.p.result_shape(layer.op), np.float32)
@@ -90,18 +92,30 @@ class Judge:
             call()
             once[name] = time.perf_counter() - start
         self.size = {name: max(1, round(block_seconds / t)) for name, t in once.items()}
+        self.placements = [placement_us()]
         self.samples = {name: [block(call, self.size[name])] for name, call in self.calls.items()}
         best = min(s[0] for s in self.samples.values())
         self.racing = [name for name, s in self.samples.items() if s[0] <= SLOW * best]
         self.order = random.Random(0)
 
     def round(self) -> None:
+        self.placements.append(placement_us())
         self.order.shuffle(self.racing)
         for name in self.racing:
             self.samples[name].append(block(self.calls[name], self.size[name]))
 
     def times(self) -> dict:
         return {name: median(s) for name, s in self.samples.items()}
+
+    def record(self) -> dict:
+        """Every round's placement (us) and every algorithm's blocks, round by round (the first only for one
+        timed once)."""
+        return {"placements": self.placements, "samples": self.samples}
+
+
+def placement_us() -> float:
+    """The pool's fork/join latency in microseconds, the median of three readings (about 3 ms)."""
+    return median([fork_join_seconds() for _ in range(3)]) * 1e6
 
 
 def judge(layer: Layer, rounds: int, block_seconds: float = 0.01) -> dict:
@@ -114,7 +128,7 @@ def judge(layer: Layer, rounds: int, block_seconds: float = 0.01) -> dict:
 
 
 def judge_layers(layers: list, rounds: int, block_seconds: float = 0.01) -> list:
-    """``judge`` of every layer, its rounds spread over the whole pass: round r of every layer, then round r + 1.
+    """Every layer's ``Judge``, its rounds spread over the whole pass: round r of every layer, then round r + 1.
     This machine has slow phases of a few seconds that slow every algorithm 1.6-1.9x and at times one more than
     another (``cpu-speed-states.md``); one layer's rounds back to back (~0.5 s) can sit inside one, and the judge
     would disagree with itself by its swing. Spread over the pass (10-20 s), each layer's median is of the
@@ -123,4 +137,4 @@ def judge_layers(layers: list, rounds: int, block_seconds: float = 0.01) -> list
     for _ in range(rounds - 1):
         for one in judges:
             one.round()
-    return [one.times() for one in judges]
+    return judges

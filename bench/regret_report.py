@@ -4,6 +4,8 @@ from __future__ import annotations
 import statistics
 
 from bench.common import header
+from bench.regret_placement import has_placements, place, regrets_in_place, rounds_in
+from bench.regret_placement import summary as placement_summary
 
 #: (row, phase, judged against which race)
 ROWS = (("quiet, first tunings in a process", "first", "judge_quiet"),
@@ -34,6 +36,17 @@ def _pct(values) -> str:
     return f"{statistics.median(values):.0%} / {max(values):.0%}"
 
 
+def _places(run: dict, i: int) -> str:
+    """Layer i's placements, N(ear) or F(ar), in its first, warm, after and bursty tunings, and its judge rounds."""
+    marks = "".join(place(run, run[phase][i]["placement_us"])[0].upper() for phase in ("first", "warm", "after", "bursty"))
+    return f"{marks} ({rounds_in(run, i, 'near')} / {rounds_in(run, i, 'far')})"
+
+
+def _in_place(run: dict, phase: str) -> str:
+    judged = [r for r in regrets_in_place(run, phase) if r is not None]
+    return f"{_pct(judged)} ({len(judged)} of {len(run[phase])} layers)" if judged else "(no judge rounds there)"
+
+
 def render(runs: dict, load: float, args) -> str:
     orders = list(runs)
     lines = [header("The tuner's regret: benchmark mode's choices against races of every algorithm"), "",
@@ -49,7 +62,13 @@ def render(runs: dict, load: float, args) -> str:
              "(`bench/regret_layers.py`); the quiet judge is the mean of two passes a minute or two apart (after "
              "the warm tunings, and last), the steady neighbour's the mean of two passes back to back under it, "
              f"of {args.steady_rounds} rounds each. Tuning cost: the tuning's seconds (JIT excluded) over the quiet "
-             "judge's time of the chosen algorithm.", "",
+             "judge's time of the chosen algorithm.", ""]
+    if all(has_placements(runs[o]) for o in orders):
+        lines += ["Where the host had put the VM's two vCPUs (`bench/regret_placement.py`: the pool's fork/join "
+                  "latency, read before each tuning and each judge round; near: cores that share a cache), and the "
+                  "rows judged on the quiet judge's rounds in the placement the choice was raced in: "
+                  + "; ".join(f"{o} first: {placement_summary(runs[o])}" for o in orders) + ".", ""]
+    lines += [
              "| measure | " + " | ".join(f"{o} first" for o in orders) + " | target |",
              "|---|" + "---|" * len(orders) + "---|"]
     targets = {"first": "<= 5% worst", "steady": "<= 10% worst", "after": "<= 5% worst", "bursty": "<= 10% worst"}
@@ -59,6 +78,10 @@ def render(runs: dict, load: float, args) -> str:
             target = "(none)"
         cells = [f"{_pct(regrets(runs[o], phase, against))} (median / worst)" for o in orders]
         lines.append(f"| {row} | " + " | ".join(cells) + f" | {target} |")
+        if phase in ("first", "after", "bursty") and against == "judge_quiet" \
+                and all(has_placements(runs[o]) for o in orders):
+            lines.append(f"| {row.split(' (')[0]}, judged in its race's vCPU placement | "
+                         + " | ".join(_in_place(runs[o], phase) for o in orders) + f" | {target} |")
     for judge, where in (("judge_quiet", "quiet"), ("judge_steady", "steady neighbour's")):
         if all(judge + "_2" in runs[o] for o in orders):
             floor = [f"{_pct(judge_against_itself(runs[o], judge))} (median / worst)" for o in orders]
@@ -74,10 +97,12 @@ def render(runs: dict, load: float, args) -> str:
         lines.append(f"| tuning cost over the choice's time, {phase} (median / worst) | " + " | ".join(cells)
                      + f" | {target} |")
     for o in orders:
-        lines += ["", f"## {o} first", "", "| layer | pass | first | warm | steady (regret under it / quiet) | "
-                  "after | bursty | quiet judge's best | judge against itself | cost warm / first |",
-                  "|---|---|---|---|---|---|---|---|---|---|"]
         run = runs[o]
+        placed = has_placements(run)
+        lines += ["", f"## {o} first", "", "| layer | pass | first | warm | steady (regret under it / quiet) | "
+                  "after | bursty | quiet judge's best | judge against itself | cost warm / first |"
+                  + (" placement: first, warm, after, bursty (judge rounds near / far) |" if placed else ""),
+                  "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if placed else "")]
         r = {phase + against: regrets(run, phase, against) for _, phase, against in ROWS}
         cw, cf, floor = costs(run, "warm"), costs(run, "first"), judge_against_itself(run)
         for i, name in enumerate(run["layers"]):
@@ -93,7 +118,7 @@ def render(runs: dict, load: float, args) -> str:
                          f"{r['steadyjudge_steady'][i]:+.0%} / {r['steadyjudge_quiet'][i]:+.0%} | "
                          f"{after['algo']} {r['afterjudge_quiet'][i]:+.0%}{' (re-raced)' if after['reraced'] else ''} "
                          f"| {cell('bursty')} | {best} {run['judge_quiet'][i][best] * 1e3:.3f} ms | "
-                         f"{floor[i]:+.0%} | {cw[i]:.0f}x / {cf[i]:.0f}x |")
+                         f"{floor[i]:+.0%} | {cw[i]:.0f}x / {cf[i]:.0f}x |" + (f" {_places(run, i)} |" if placed else ""))
         lines.append("")
         lines.append("P: marked provisional (chosen while another process shared the cores).")
     return "\n".join(lines) + "\n"

@@ -10,8 +10,10 @@ first), one after the other, on a quiet machine (no other process: probed before
 ``--every`` seconds it times both algorithms by the judge's rule (``regret_layers.judge``'s blocks: the pool
 woken, one call untimed, a block of back-to-back calls; the median of three blocks each), by the race's rule
 (``autotune.race.clock.Sampler``: the pool woken, one call of its own untimed, one call timed, the contention
-readings around it; the median of five samples each, interleaved) and a STREAM triad (the memory bandwidth,
-best of three), and writes each moment's times and their ratio by both rules. Where the two rules' ratios move
+readings around it; the median of five samples each, interleaved) and the pool's fork/join latency
+(``autotune.race.clock.fork_join_seconds``: where the host placed the VM's vCPUs), and writes each moment's times,
+their ratio by both rules, and the latency. (A STREAM triad took that column until 2026-12-05 evening: its
+bandwidth did not move with the ratio, correlation 0.02; the fork/join latency does.) Where the two rules' ratios move
 together moment by moment, the race and the judge measure the same thing, and a choice that a later judge calls
 a regret was right in the race's moment. Where the ratio moves
 run to run by more than a tie band, no race taken at one moment can be right at every other: that spread is
@@ -32,10 +34,10 @@ from bench.common import RESULTS, header, write_record
 
 def child(args) -> dict:
     """Time the two algorithms every ``args.every`` seconds for ``args.seconds``: the moments' times (ms) and
-    triad bandwidths, with the machine probed before and after."""
+    fork/join latencies, with the machine probed before and after."""
     import convalgos
     from autotune.measure import Timer, median
-    from autotune.race.clock import Sampler
+    from autotune.race.clock import Sampler, fork_join_seconds
     from autotune.race.contention import machine_wait_share, reader
     from bench.regret_layers import LAYERS, Layer, block
 
@@ -44,14 +46,6 @@ def child(args) -> dict:
     out = np.empty(layer.p.result_shape(layer.op), np.float32)
     calls = {n: (lambda a=convalgos.ALGORITHMS[n]: convalgos.run(a, layer.op, layer.a, layer.b, layer.p, out))
              for n in names}
-
-    a, b, c = np.ones(8_000_000, np.float32), np.ones(8_000_000, np.float32), np.empty(8_000_000, np.float32)
-
-    def triad_gbs():
-        start = time.perf_counter()
-        np.multiply(b, 2.0, out=c)
-        np.add(c, a, out=c)
-        return 4 * a.nbytes / (time.perf_counter() - start) / 1e9
 
     for name in names:
         block(calls[name], 30)                                 # compiled and warm before the first moment
@@ -69,7 +63,7 @@ def child(args) -> dict:
     while time.perf_counter() < end:
         times = {n: median([block(calls[n], 30) for _ in range(3)]) * 1e3 for n in names}
         rows.append({"when": time.strftime("%H:%M:%S"), "ms": times, "race_ms": race_ms(),
-                     "triad": max(triad_gbs() for _ in range(3))})
+                     "fork_join_us": median([fork_join_seconds() for _ in range(3)]) * 1e6})
         time.sleep(args.every)
     return {"layer": f"{layer.name} ({layer.op})", "rows": rows, "before": before,
             "after": machine_wait_share(0.3)}
@@ -82,6 +76,7 @@ def section(order: str, run: dict, names: list) -> list:
     rows = run["rows"]
     ratios = [r["ms"][first] / r["ms"][second] for r in rows]
     race = [r["race_ms"][first] / r["race_ms"][second] for r in rows]
+    fork = [r["fork_join_us"] for r in rows]
     fast = {n: min(r["ms"][n] for r in rows) for n in names}
     slow = {n: max(r["ms"][n] for r in rows) for n in names}
     return ["", f"## {order} first", "",
@@ -93,11 +88,15 @@ def section(order: str, run: dict, names: list) -> list:
             f"{sum(r < 1 / 1.03 for r in ratios)}; with {second} the faster by over 3%: "
             f"{sum(r > 1.03 for r in ratios)}; within 3%: {sum(1 / 1.03 <= r <= 1.03 for r in ratios)}. By the "
             f"race's rule the ratio ran from {min(race):.2f} to {max(race):.2f} (median {median(race):.2f}); "
-            f"correlation with the judge's, moment by moment: {correlation(ratios, race):.2f}.", "",
-            f"| time (UTC) | {first} ms | {second} ms | ratio | race's rule: ratio | triad GB/s |",
+            f"correlation with the judge's, moment by moment: {correlation(ratios, race):.2f}. The pool's fork/join "
+            f"latency ran from {min(fork):.2f} to {max(fork):.2f} us; its correlation, moment by moment, with the "
+            f"judge's ratio: {correlation(ratios, fork):.2f}, with {first}'s time: "
+            f"{correlation([r['ms'][first] for r in rows], fork):.2f}, with {second}'s: "
+            f"{correlation([r['ms'][second] for r in rows], fork):.2f}.", "",
+            f"| time (UTC) | {first} ms | {second} ms | ratio | race's rule: ratio | fork/join us |",
             "|---|---|---|---|---|---|"] + [
             f"| {r['when']} | {r['ms'][first]:.3f} | {r['ms'][second]:.3f} | {r['ms'][first] / r['ms'][second]:.2f} "
-            f"| {x:.2f} | {r['triad']:.1f} |" for r, x in zip(rows, race)]
+            f"| {x:.2f} | {r['fork_join_us']:.2f} |" for r, x in zip(rows, race)]
 
 
 def correlation(a: list, b: list) -> float:

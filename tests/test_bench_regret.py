@@ -28,7 +28,7 @@ def test_the_record_computes_regret_and_cost_from_the_judges_times():
     assert regrets(run, "steady", "judge_steady") == [0.0, 0.0]
     assert regrets(run, "steady", "judge_quiet") == [0.5, 0.0]
     assert costs(run, "warm") == [10.0, 10.0]                             # (20 ms - 10 ms JIT) / 1 ms
-    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, after=1.0))
+    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, steady_rounds=9, after=1.0))
     assert "| quiet, first tunings in a process | 50% / 100% (median / worst)" in text
     assert "| steady neighbour: choices marked provisional | 2 of 2 | all |" in text
     assert "1 re-raced, 1 still provisional" in text and "a +100%" in text
@@ -38,14 +38,14 @@ def test_the_judge_judges_itself_for_the_noise_floor():
     run = synthetic_run()
     run["judge_quiet_1"][1] = {"a": 0.9e-3, "b": 1.0e-3}          # its first pass found "a" fastest on layer two
     assert judge_against_itself(run) == [0.0, 1.0]                 # the second pass times "a" at 2.0 ms against 1.0
-    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, after=1.0))
+    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, steady_rounds=9, after=1.0))
     assert "| the quiet judge against itself: its first pass's fastest, timed by its second | 50% / 100%" in text
     assert "steady neighbour's judge against itself" not in text   # a record without its two passes: no row
     # under the steady neighbour: two passes, the first's fastest "b" timed 1.5x the second's best on layer one
     run["judge_steady_1"] = [{"a": 3.0e-3, "b": 2.0e-3}, {"a": 4.0e-3, "b": 2.0e-3}]
     run["judge_steady_2"] = [{"a": 2.0e-3, "b": 3.0e-3}, {"a": 4.0e-3, "b": 2.0e-3}]
     assert judge_against_itself(run, "judge_steady") == [0.5, 0.0]
-    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, after=1.0))
+    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, steady_rounds=9, after=1.0))
     assert "| the steady neighbour's judge against itself: its first pass's fastest, timed by its second | 25% / 50%" \
         in text
 
@@ -73,3 +73,24 @@ def test_speed_states_records_each_moment_and_the_ratios_range_from_them(tmp_pat
     assert rows and all(abs(float(r[2]) / float(r[3]) - float(r[4])) < 0.02 for r in rows)
     low, high = re.search(r"from (\d+\.\d+) to (\d+\.\d+)", text).groups()
     assert abs(float(low) - min(ratios)) < 0.011 and abs(float(high) - max(ratios)) < 0.011
+
+
+def test_a_choice_is_also_judged_on_the_rounds_in_the_vcpu_placement_it_raced_in():
+    from bench.regret_placement import judge_in, regrets_in_place
+    run = synthetic_run()
+    # layer two: "b" is faster in the near placement (fork/join 1.5 us), "a" in the far one (2.8 us)
+    near, far = {"a": 2.0e-3, "b": 1.0e-3}, {"a": 1.0e-3, "b": 1.3e-3}
+    rounds = [near] * 6 + [far] * 6
+    layer_two = {"placements": [1.5] * 6 + [2.8] * 6, "samples": {n: [r[n] for r in rounds] for n in "ab"}}
+    layer_one = {"placements": [1.5] * 12, "samples": {"a": [1.0e-3] * 12, "b": [1.5e-3] * 12}}
+    run["judge_quiet_rounds_1"] = run["judge_quiet_rounds_2"] = [layer_one, layer_two]
+    for phase in ("first", "warm", "steady", "after", "bursty"):
+        for e in run[phase]:
+            e["placement_us"] = 1.5
+    run["first"][1]["placement_us"] = 2.8                      # layer two's first race ran far: "a" was right
+    assert judge_in(run, 1, "far") == {"a": 1.0e-3, "b": 1.3e-3}
+    assert regrets(run, "first", "judge_quiet") == [0.0, 1.0] and regrets_in_place(run, "first") == [0.0, 0.0]
+    assert regrets_in_place(run, "bursty") == [0.5, 0.0]        # "b" raced near, where it is the faster
+    text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, steady_rounds=9, after=1.0))
+    assert "| quiet, first tunings in a process, judged in its race's vCPU placement | 0% / 0% (2 of 2 layers)" in text
+    assert "FNNN (12 / 12)" in text                            # layer two: first far, then near; rounds both passes
