@@ -1,8 +1,8 @@
 """Judging a choice in the placement it was raced in: where the host had put the VM's vCPUs.
 
-On these 2-core VMs the host moves the two vCPUs between cores that share a cache and cores that do not, for
-tens of seconds at a time, without a word to the guest (``autotune.race.clock.fork_join_seconds``: an empty
-parallel region takes 1.5 us, then 2.8 us; a one-thread loop keeps its speed). The two placements rank some
+On these 2-core VMs the host changes where the two vCPUs run, for tens of seconds to minutes at a time, without
+a word to the guest (``autotune.race.clock.fork_join_seconds``: an empty parallel region takes 1.5 us, then
+2.8 us; a one-thread loop keeps its speed; inside the guest the threads stay on their two vCPUs). The two placements rank some
 algorithms differently (ResNet-18's C256 layer: ``winograd_fused_4x4`` 0.92x ``direct``'s time in one, 1.04x
 in the other; the 1x1 stride-2 layer: ``direct`` 0.96x ``direct_channels`` in one, 1.38x in the other). A race
 run in one placement and judged in the other reads as a regret though it kept the fastest of its moment.
@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from autotune.measure import median
 
-#: a reading within this factor of the run's lowest is the near placement (cores that share a cache)
+#: a reading within this factor of the run's lowest is the near placement (the lower latency)
 NEAR = 1.35
 #: the fewest judge rounds in one placement to judge a choice on them alone
 MIN_ROUNDS = 5

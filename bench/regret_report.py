@@ -65,7 +65,7 @@ def render(runs: dict, load: float, args) -> str:
              "judge's time of the chosen algorithm.", ""]
     if all(has_placements(runs[o]) for o in orders):
         lines += ["Where the host had put the VM's two vCPUs (`bench/regret_placement.py`: the pool's fork/join "
-                  "latency, read before each tuning and each judge round; near: cores that share a cache), and the "
+                  "latency, read before each tuning and each judge round; near: the lower latency), and the "
                   "rows judged on the quiet judge's rounds in the placement the choice was raced in: "
                   + "; ".join(f"{o} first: {placement_summary(runs[o])}" for o in orders) + ".", ""]
     lines += [
