@@ -161,8 +161,9 @@ class Heuristics:
                   prepared: bool = False) -> dict:
         """name -> how much slower than the best of ``names`` the rule's measurements found it (where measured),
         what the tuner prunes by: its ``closest`` (the smallest time / best time over the class's layers: how near
-        the best it ever came) where the rule records one, else its ``score`` (the geometric mean) over the
-        best score among ``names``. The closest is the safe one to prune by: a mean over a few layers can hide
+        the best it ever came) where the rule records one, else its ``score`` (the geometric mean), over the
+        smallest among ``names``: what a workspace limit or the deterministic flag left is measured against itself,
+        so the nearest of it is never pruned. The closest is the safe one to prune by: a mean over a few layers can hide
         the one where it won, and one that never came within ``prune_ratio`` of the best on any layer of the
         class is not worth a call."""
         if rule_name in self._seeded_slowdowns:
@@ -172,7 +173,9 @@ class Heuristics:
         rule_name = rule_name.split(UNMEASURED)[0]
         rule = next((r for r in self.rules(op, device, prepared) if r["name"] == rule_name), {})
         if "closest" in rule:
-            return {n: rule["closest"][n] for n in names if n in rule["closest"]}
+            closest = {n: rule["closest"][n] for n in names if n in rule["closest"]}
+            best = min(closest.values(), default=1.0)
+            return {n: c / best for n, c in closest.items()}
         score = {n: rule.get("score", {})[n] for n in names if n in rule.get("score", {})}
         best = min(score.values(), default=1.0)
         return {n: s / best for n, s in score.items()}

@@ -63,6 +63,7 @@ def test_slowdowns_are_the_closest_approach_where_the_rule_records_it():
             "closest": {"b": 1.0, "a": 1.0, "c": 3.0}}
     h = Heuristics({"devices": {"cpu": {"forward": [rule]}}})
     assert h.slowdowns("f", ["a", "b", "c"], op="forward") == {"a": 1.0, "b": 1.0, "c": 3.0}
+    assert h.slowdowns("f", ["c"], op="forward") == {"c": 1.0}       # all a workspace limit left: never pruned
     del rule["closest"]                    # an older file: the scores over the best score among the names
     assert h.slowdowns("f", ["a", "c"], op="forward") == {"a": 1.0, "c": 1.25}
 

@@ -163,6 +163,17 @@ def test_prune_ratio_skips_what_the_heuristic_measured_far_slower():
     assert tuned(clock, algos, heuristics=rules, prune_ratio=None).algo == "c"
 
 
+def test_what_a_workspace_limit_leaves_is_pruned_against_itself():
+    """The rule's nearest candidate ("a", closest 1.0) is over the workspace limit: "b" and "c" (closest 3x and
+    9x, the best of them 3x) are measured against each other, so "b" runs and serves the call."""
+    clock = FakeClock()
+    algos = fakes(clock, a=(1e-3, {"workspace": 1 << 20}), b=2e-3, c=3e-3)
+    rules = Heuristics({"rules": [{"name": "r", "when": {}, "order": ["a", "b", "c"],
+                                   "score": {"a": 1.0, "b": 4.0, "c": 12.0}, "closest": {"a": 1.0, "b": 3.0, "c": 9.0}}]})
+    entry = tuned(clock, algos, heuristics=rules, workspace_limit=1 << 10)
+    assert entry.algo == "b" and algos["c"].calls == 0 and entry.skipped["c"].startswith("pruned: rule 'r' measured")
+
+
 def test_a_seed_estimate_prunes_only_three_times_further_behind():
     """A datasheet's estimate is no measurement: at prune_ratio 2 it prunes what it puts 6x behind, not 4x."""
     class Seeded(Heuristics):

@@ -265,7 +265,7 @@ def staircase(call):
     """[(limit, chosen algorithm, its workspace bytes)] from no limit down to a zero-workspace choice."""
     steps, limit = [], None
     while True:
-        tuner = autotune.Tuner(benchmark=True, workspace_limit=limit)
+        tuner = autotune.Tuner(benchmark=True, workspace_limit=limit, prune_ratio=None)    # every step timed
         call(tuner)
         (entry,) = tuner.dispatch_table()
         steps.append((limit, entry.algo, entry.workspace[entry.algo]))
