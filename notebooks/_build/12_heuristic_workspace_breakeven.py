@@ -47,12 +47,13 @@ print(f"this machine: {this_cpu.get('name')} ({this_cpu.get('vendor')}, family {
       f"{this_cpu.get('model')}), {len(os.sched_getaffinity(0))} cores; of its machine the file records: "
       f"{', '.join(recorded)}; the same CPU name as here: {data['machine'].get('cpu') == this_cpu.get('name')}")
 rules = data["devices"]["cpu"]
+prune = autotune.Tuner().prune_ratio                 # the tuner's default: what benchmark mode does not even run
 for op in ("forward", "backward_data", "backward_filter"):
     print(f"\n{op}: {len(rules[op])} rules, first match wins")
     for rule in rules[op]:
         top = ", ".join(f"{n} {rule['score'][n]:.2f}" for n in rule["order"][:3])
-        pruned = [n for n in rule["order"] if rule["closest"][n] >= 2.0]
-        print(f"  {rule['name']:<24} when {json.dumps(rule['when']):<70} -> {top}, ...; never within 2x: "
+        pruned = [n for n in rule["order"] if rule["closest"][n] >= prune]
+        print(f"  {rule['name']:<24} when {json.dumps(rule['when']):<70} -> {top}, ...; never within {prune:g}x: "
               f"{', '.join(pruned) or 'none'}")
 print(f"\npasses with rules of their own: {list(rules)}; devices: {list(data['devices'])} (the GPU ranks by "
       f"FLOPs and workspace from a datasheet seed: {list(data.get('seeds', {}))})")
