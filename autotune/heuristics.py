@@ -162,10 +162,10 @@ class Heuristics:
         """name -> how much slower than the best of ``names`` the rule's measurements found it (where measured),
         what the tuner prunes by: its ``closest`` (the smallest time / best time over the class's layers: how near
         the best it ever came) where the rule records one, else its ``score`` (the geometric mean), over the
-        smallest among ``names``: what a workspace limit or the deterministic flag left is measured against itself,
-        so the nearest of it is never pruned. The closest is the safe one to prune by: a mean over a few layers can hide
-        the one where it won, and one that never came within ``prune_ratio`` of the best on any layer of the
-        class is not worth a call."""
+        smallest among ``names``: what a workspace limit or the deterministic flag left is measured against
+        itself, so the nearest of it is never pruned. The closest is the safe one to prune by: a mean over a few
+        layers can hide the one where it won, and one that never came within ``prune_ratio`` of the best on any
+        layer of the class is not worth a call."""
         if rule_name in self._seeded_slowdowns:
             seeded = {n: s for n, s in self._seeded_slowdowns[rule_name].items() if n in names}
             best = min(seeded.values(), default=1.0)

@@ -23,11 +23,12 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
    the judge also runs twice, back to back, each pass of ``--steady-rounds`` (21), and its two passes judge each
    other the same way: a neighbour's time slices stall a sub-millisecond call's whole thread pool by luck, and
    passes of 7 rounds disagreed with themselves by up to 838% (10 ms blocks; 480% with 50 ms blocks), of 21
-   rounds by 0-11% in one run (2026-12-05 18:31) and up to 273% in the next (18:46): still a lottery there. This machine (a 2-core VM)
-   changes speed every few seconds, quiet as it is, and slows algorithms unequally (``bench.speed_states``,
-   ``cpu-speed-states.md``: on the 1x1 stride-2 layer, ``direct`` over ``direct_channels`` between 0.81-0.84
-   and 1.18-1.42 within 45 s in each import order, each 1.65-2.36x its fastest at its slowest), so a choice
-   right in one moment can read as a regret in the next.
+   rounds by 0-11% in one run (2026-12-05 18:31) and up to 551% in others: still a lottery there. This machine
+   (a 2-core VM) changes speed, quiet as it is, and slows algorithms unequally: the host moves its vCPUs
+   (``autotune.race.clock.fork_join_seconds``, ``bench.speed_states``, ``cpu-speed-states.md``: on the 1x1
+   stride-2 layer, ``direct`` over ``direct_channels`` 0.97 in the median moment with the vCPUs near, 1.30 far,
+   and 0.82-1.13 within one placement), so each choice is also judged on the rounds in its race's placement
+   (``regret_placement.py``); a choice right in one moment can still read as a regret in the next.
 
 The tuning cost is a tuning's seconds over the quiet judge's time of the algorithm it chose (JIT excluded).
 Before each phase the machine's contention is probed from outside (``machine_wait_share``), so the record
@@ -109,7 +110,8 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     orders.add_arguments(ap, rounds=None)
     ap.add_argument("--layers", type=int, default=12, help="how many of the layers (default all 12)")
-    ap.add_argument("--rounds", type=int, default=15, help="the quiet judge's interleaved rounds of blocks (default 15)")
+    ap.add_argument("--rounds", type=int, default=15,
+                    help="the quiet judge's interleaved rounds of blocks (default 15)")
     ap.add_argument("--steady-rounds", type=int, default=21,
                     help="the steady neighbour's judge's rounds, each pass (default 21)")
     ap.add_argument("--after", type=float, default=1.0, help="seconds of calls once the neighbour is gone")
@@ -123,10 +125,9 @@ def main(argv=None) -> None:
     load = os.getloadavg()[0]
     runs = {}
     for order in args.orders:
-        runs[order] = orders.run_child(order, "bench.regret", ["--child", "--layers", str(args.layers), "--rounds",
-                                                                str(args.rounds), "--steady-rounds", str(args.steady_rounds),
-                                                                "--after", str(args.after)],
-                                       args.keep_env)
+        child_argv = ["--child", "--layers", str(args.layers), "--rounds", str(args.rounds), "--steady-rounds",
+                      str(args.steady_rounds), "--after", str(args.after)]
+        runs[order] = orders.run_child(order, "bench.regret", child_argv, args.keep_env)
     write_record(__import__("pathlib").Path(args.out), render(runs, load, args))
 
 

@@ -2,10 +2,11 @@
 
 On these 2-core VMs the host changes where the two vCPUs run, for tens of seconds to minutes at a time, without
 a word to the guest (``autotune.race.clock.fork_join_seconds``: an empty parallel region takes 1.5 us, then
-2.8 us; a one-thread loop keeps its speed; inside the guest the threads stay on their two vCPUs). The two placements rank some
-algorithms differently (ResNet-18's C256 layer: ``winograd_fused_4x4`` 0.92x ``direct``'s time in one, 1.04x
-in the other; the 1x1 stride-2 layer: ``direct`` 0.96x ``direct_channels`` in one, 1.38x in the other). A race
-run in one placement and judged in the other reads as a regret though it kept the fastest of its moment.
+2.8 us; a one-thread loop keeps its speed; inside the guest the threads stay on their two vCPUs). The two
+placements rank some algorithms differently (ResNet-18's C256 layer: ``winograd_fused_4x4`` 0.92x ``direct``'s
+time in one, 1.04x in the other; the 1x1 stride-2 layer: ``direct`` 0.96x ``direct_channels`` in one, 1.38x in
+the other). A race run in one placement and judged in the other reads as a regret though it kept the fastest of
+its moment.
 
 So ``bench.regret`` reads the latency before each tuning and before each of the judge's rounds, and the record
 judges each choice twice: against every round (the judge's figure over the whole run), and against the rounds
@@ -38,13 +39,16 @@ def near_limit(run: dict) -> float:
     return NEAR * min(readings(run))
 
 
-def place(run: dict, us: float) -> str:
-    return "near" if us <= near_limit(run) else "far"
+def place(run: dict, us: float, limit: float | None = None) -> str:
+    """"near" or "far" (``limit``: the run's ``near_limit``, where the caller has it)."""
+    return "near" if us <= (near_limit(run) if limit is None else limit) else "far"
 
 
 def rounds_in(run: dict, i: int, where: str) -> int:
     """How many of layer i's quiet judge rounds, both passes, ran in placement ``where``."""
-    return sum(place(run, us) == where for k in (1, 2) for us in run[f"judge_quiet_rounds_{k}"][i]["placements"])
+    limit = near_limit(run)
+    return sum(place(run, us, limit) == where for k in (1, 2)
+               for us in run[f"judge_quiet_rounds_{k}"][i]["placements"])
 
 
 def judge_in(run: dict, i: int, where: str) -> dict | None:
@@ -52,13 +56,13 @@ def judge_in(run: dict, i: int, where: str) -> dict | None:
     algorithm timed in one block only (``regret_layers.SLOW``) keeps it; None under ``MIN_ROUNDS`` such rounds."""
     if rounds_in(run, i, where) < MIN_ROUNDS:
         return None
-    picked, every = {}, {}
+    picked, every, limit = {}, {}, near_limit(run)
     for k in (1, 2):
         rec = run[f"judge_quiet_rounds_{k}"][i]
         for name, blocks in rec["samples"].items():
             every.setdefault(name, []).extend(blocks)
             picked.setdefault(name, []).extend(t for t, us in zip(blocks, rec["placements"])
-                                               if place(run, us) == where)
+                                               if place(run, us, limit) == where)
     return {name: median(picked[name] or every[name]) for name in every}
 
 
@@ -74,9 +78,10 @@ def regrets_in_place(run: dict, phase: str) -> list:
 
 def summary(run: dict) -> str:
     """The run's placements in a phrase: the readings' range, the near limit, how many tunings and rounds in each."""
-    values = readings(run)
-    tunings = [place(run, e["placement_us"]) for phase in ("first", "warm", "bursty") for e in run[phase]]
-    rounds = [place(run, us) for k in (1, 2) for rec in run[f"judge_quiet_rounds_{k}"] for us in rec["placements"]]
-    return (f"fork/join {min(values):.2f}-{max(values):.2f} us, near <= {near_limit(run):.2f}; quiet and bursty "
+    values, limit = readings(run), near_limit(run)
+    tunings = [place(run, e["placement_us"], limit) for phase in ("first", "warm", "bursty") for e in run[phase]]
+    rounds = [place(run, us, limit) for k in (1, 2) for rec in run[f"judge_quiet_rounds_{k}"]
+              for us in rec["placements"]]
+    return (f"fork/join {min(values):.2f}-{max(values):.2f} us, near <= {limit:.2f}; quiet and bursty "
             f"tunings near {tunings.count('near')}, far {tunings.count('far')}; judge rounds near "
             f"{rounds.count('near')}, far {rounds.count('far')}")

@@ -38,7 +38,8 @@ def _pct(values) -> str:
 
 def _places(run: dict, i: int) -> str:
     """Layer i's placements, N(ear) or F(ar), in its first, warm, after and bursty tunings, and its judge rounds."""
-    marks = "".join(place(run, run[phase][i]["placement_us"])[0].upper() for phase in ("first", "warm", "after", "bursty"))
+    marks = "".join(place(run, run[phase][i]["placement_us"])[0].upper()
+                    for phase in ("first", "warm", "after", "bursty"))
     return f"{marks} ({rounds_in(run, i, 'near')} / {rounds_in(run, i, 'far')})"
 
 
@@ -50,9 +51,9 @@ def _in_place(run: dict, phase: str) -> str:
 def render(runs: dict, load: float, args) -> str:
     orders = list(runs)
     lines = [header("The tuner's regret: benchmark mode's choices against races of every algorithm"), "",
-             f"`python -m bench.regret --layers {args.layers} --rounds {args.rounds} --steady-rounds {args.steady_rounds} "
-             f"--after {args.after}`: one "
-             f"fresh process per import order. Load average at the start: {load:.2f}. The machine's contention, "
+             f"`python -m bench.regret --layers {args.layers} --rounds {args.rounds} --steady-rounds "
+             f"{args.steady_rounds} --after {args.after}`: one fresh process per import order. Load average at "
+             f"the start: {load:.2f}. The machine's contention, "
              f"probed from outside before each quiet phase (share of two spinning probes' time spent waiting for a "
              f"CPU; ~0 is quiet, ~0.33 is one core of two taken): "
              + "; ".join(f"{o} first: " + ", ".join(f"{k} {v:.3f}" for k, v in runs[o]["quiet"].items())
@@ -118,7 +119,8 @@ def render(runs: dict, load: float, args) -> str:
                          f"{r['steadyjudge_steady'][i]:+.0%} / {r['steadyjudge_quiet'][i]:+.0%} | "
                          f"{after['algo']} {r['afterjudge_quiet'][i]:+.0%}{' (re-raced)' if after['reraced'] else ''} "
                          f"| {cell('bursty')} | {best} {run['judge_quiet'][i][best] * 1e3:.3f} ms | "
-                         f"{floor[i]:+.0%} | {cw[i]:.0f}x / {cf[i]:.0f}x |" + (f" {_places(run, i)} |" if placed else ""))
+                         f"{floor[i]:+.0%} | {cw[i]:.0f}x / {cf[i]:.0f}x |"
+                         + (f" {_places(run, i)} |" if placed else ""))
         lines.append("")
         lines.append("P: marked provisional (chosen while another process shared the cores).")
     return "\n".join(lines) + "\n"

@@ -169,7 +169,8 @@ def test_what_a_workspace_limit_leaves_is_pruned_against_itself():
     clock = FakeClock()
     algos = fakes(clock, a=(1e-3, {"workspace": 1 << 20}), b=2e-3, c=3e-3)
     rules = Heuristics({"rules": [{"name": "r", "when": {}, "order": ["a", "b", "c"],
-                                   "score": {"a": 1.0, "b": 4.0, "c": 12.0}, "closest": {"a": 1.0, "b": 3.0, "c": 9.0}}]})
+                                   "score": {"a": 1.0, "b": 4.0, "c": 12.0},
+                                   "closest": {"a": 1.0, "b": 3.0, "c": 9.0}}]})
     entry = tuned(clock, algos, heuristics=rules, workspace_limit=1 << 10)
     assert entry.algo == "b" and algos["c"].calls == 0 and entry.skipped["c"].startswith("pruned: rule 'r' measured")
 

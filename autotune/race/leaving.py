@@ -101,9 +101,9 @@ def waited_floors(race, name: str) -> list:
     waited for a CPU and are not spikes above its fastest: lower bounds of its undisturbed time, evidence that it
     cannot tie (a run's seconds that waited are not: beside neighbours that come and go, ``winograd_fused_4x4``
     was settled on two runs that waited 60% and more, 2.8x ``direct``'s clean ones, and ``direct`` kept; their
-    floors, 0.7-1.0x, settle nothing). Measured quiet (2026-12-05, AMD EPYC, ResNet-18's C256 14px layer): ``im2col``
-    ran 3.3 ms a call with its BLAS pool beside Numba's on two cores, waiting 1.45 ms of it, floor 1.8 ms against
-    the best's 1.3 ms, and was retaken for 8-11 calls, never settled, where two floors settle it."""
+    floors, 0.7-1.0x, settle nothing). Measured quiet (2026-12-05, AMD EPYC, ResNet-18's C256 14px layer):
+    ``im2col`` ran 3.3 ms a call with its BLAS pool beside Numba's on two cores, waiting 1.45 ms of it, floor
+    1.8 ms against the best's 1.3 ms, and was retaken for 8-11 calls, never settled, where two floors settle it."""
     fastest = min(race.samples[name], default=0.0)
     floors = (race.floor(sample) for sample in race.step_rounds(name).values()
               if race.waited(sample) and sample.seconds <= race.s.spike_ratio * fastest)
