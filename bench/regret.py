@@ -25,7 +25,7 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
    passes of 7 rounds disagreed with themselves by up to 838% (10 ms blocks; 480% with 50 ms blocks), of 21
    rounds by 0-11% in one run (2026-12-05 18:31) and up to 551% in others: still a lottery there. This machine
    (a 2-core VM) changes speed, quiet as it is, and slows algorithms unequally: the host moves its vCPUs
-   (``autotune.race.clock.fork_join_seconds``, ``bench.speed_states``, ``cpu-speed-states.md``: on the 1x1
+   (``regret_placement.fork_join_seconds``, ``bench.speed_states``, ``cpu-speed-states.md``: on the 1x1
    stride-2 layer, ``direct`` over ``direct_channels`` 0.97 in the median moment with the vCPUs near, 1.30 far,
    and 0.82-1.13 within one placement), so each choice is also judged on the rounds in its race's placement
    (``regret_placement.py``); a choice right in one moment can still read as a regret in the next.
@@ -54,7 +54,8 @@ def child(args) -> dict:
     import autotune
     from autotune.race.contention import machine_wait_share
     from bench.neighbours import neighbour
-    from bench.regret_layers import LAYERS, Layer, judge, judge_layers, placement_us
+    from bench.regret_layers import LAYERS, Layer, judge, judge_layers
+    from bench.regret_placement import placement_us
 
     layers = [Layer(*spec) for spec in LAYERS[:args.layers]]
     out = {"layers": [l.name for l in layers], "ops": [l.op for l in layers], "quiet": {}}

@@ -18,7 +18,8 @@ import numpy as np
 
 import convalgos
 from autotune.measure import median
-from autotune.race.clock import fork_join_seconds, wake_pool
+from autotune.race.clock import wake_pool
+from bench.regret_placement import placement_us
 
 #: an algorithm whose first block is this many times the best first block is not timed again
 SLOW = 3.0
@@ -78,7 +79,7 @@ class Judge:
     the rounds. Under a neighbour a block's time holds the waits as a step meets them: its mean cost there. An
     algorithm whose first block took over ``SLOW`` times the best first block is timed in that one block only
     (it cannot be the best; its figure is still its cost, for a tuner that chose it). Before each round the pool's
-    fork/join latency is read (``placements``, us: where the host had put the vCPUs, ``clock.fork_join_seconds``),
+    fork/join latency is read (``placements``, us: where the host had put the vCPUs, ``regret_placement.py``),
     so a choice can be judged on the rounds taken in the placement it was raced in (``regret_report``)."""
 
     def __init__(self, layer: Layer, block_seconds: float = 0.01):
@@ -112,10 +113,6 @@ class Judge:
         timed once)."""
         return {"placements": self.placements, "samples": self.samples}
 
-
-def placement_us() -> float:
-    """The pool's fork/join latency in microseconds, the median of three readings (about 3 ms)."""
-    return median([fork_join_seconds() for _ in range(3)]) * 1e6
 
 
 def judge(layer: Layer, rounds: int, block_seconds: float = 0.01) -> dict:

@@ -1,8 +1,8 @@
 """Judging a choice in the placement it was raced in: where the host had put the VM's vCPUs.
 
 On these 2-core VMs the host changes where the two vCPUs run, for tens of seconds to minutes at a time, without
-a word to the guest (``autotune.race.clock.fork_join_seconds``: an empty parallel region takes 1.5 us, then
-2.8 us; a one-thread loop keeps its speed; inside the guest the threads stay on their two vCPUs). The two
+a word to the guest (``fork_join_seconds``: an empty parallel region takes 1.5 us, then 2.8 us; a one-thread
+loop keeps its speed; inside the guest the threads stay on their two vCPUs). The race does not read it. The two
 placements rank some algorithms differently (ResNet-18's C256 layer: ``winograd_fused_4x4`` 0.92x ``direct``'s
 time in one, 1.04x in the other; the 1x1 stride-2 layer: ``direct`` 0.96x ``direct_channels`` in one, 1.38x in
 the other). A race run in one placement and judged in the other reads as a regret though it kept the fastest of
@@ -15,12 +15,34 @@ within ``NEAR`` times the run's lowest reading, else "far".
 """
 from __future__ import annotations
 
+import time
+
 from autotune.measure import median
+from autotune.race.clock import wake_pool
 
 #: a reading within this factor of the run's lowest is the near placement (the lower latency)
 NEAR = 1.35
 #: the fewest judge rounds in one placement to judge a choice on them alone
 MIN_ROUNDS = 5
+
+
+def fork_join_seconds(regions: int = 500) -> float:
+    """Seconds per empty parallel region over Numba's threads, back to back with the pool awake: how fast the
+    threads signal each other, which says how the cores they run on sit. Measured here (2026-12-05, a 2-core AMD
+    EPYC VM): 1.5 us for minutes, then 2.8 us for tens of seconds, switching abruptly, while a one-thread loop
+    kept its speed within 1% (the clock did not change) and inside the guest nothing moved (the two threads on
+    their two vCPUs, the same run-queue waits): the host changed where the VM's vCPUs run (cores that share a
+    cache or not, a busy sibling hyperthread: the guest cannot tell which)."""
+    wake_pool()
+    start = time.perf_counter()
+    for _ in range(regions):
+        wake_pool()
+    return (time.perf_counter() - start) / regions
+
+
+def placement_us() -> float:
+    """The fork/join latency in microseconds, the median of three readings (about 3 ms)."""
+    return median([fork_join_seconds() for _ in range(3)]) * 1e6
 
 
 def has_placements(run: dict) -> bool:

@@ -11,7 +11,7 @@ first), one after the other, on a quiet machine (no other process: probed before
 woken, one call untimed, a block of back-to-back calls; the median of three blocks each), by the race's rule
 (``autotune.race.clock.Sampler``: the pool woken, one call of its own untimed, one call timed, the contention
 readings around it; the median of five samples each, interleaved) and the pool's fork/join latency
-(``autotune.race.clock.fork_join_seconds``: where the host placed the VM's vCPUs), and writes each moment's times,
+(``regret_placement.fork_join_seconds``: where the host placed the VM's vCPUs), and writes each moment's times,
 their ratio by both rules, and the latency. (A STREAM triad took that column until 2026-12-05 evening: its
 bandwidth did not move with the ratio, correlation 0.02; the fork/join latency does.) Where the two rules' ratios move
 together moment by moment, the race and the judge measure the same thing, and a choice that a later judge calls
@@ -37,9 +37,10 @@ def child(args) -> dict:
     fork/join latencies, with the machine probed before and after."""
     import convalgos
     from autotune.measure import Timer, median
-    from autotune.race.clock import Sampler, fork_join_seconds
+    from autotune.race.clock import Sampler
     from autotune.race.contention import machine_wait_share, reader
     from bench.regret_layers import LAYERS, Layer, block
+    from bench.regret_placement import placement_us
 
     layer = Layer(*LAYERS[args.layer])
     names = args.algorithms.split(",")
@@ -63,7 +64,7 @@ def child(args) -> dict:
     while time.perf_counter() < end:
         times = {n: median([block(calls[n], 30) for _ in range(3)]) * 1e3 for n in names}
         rows.append({"when": time.strftime("%H:%M:%S"), "ms": times, "race_ms": race_ms(),
-                     "fork_join_us": median([fork_join_seconds() for _ in range(3)]) * 1e6})
+                     "fork_join_us": placement_us()})
         time.sleep(args.every)
     return {"layer": f"{layer.name} ({layer.op})", "rows": rows, "before": before,
             "after": machine_wait_share(0.3)}

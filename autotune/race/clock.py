@@ -35,7 +35,6 @@ means: a short sample is that block with one timed call.
 """
 from __future__ import annotations
 
-import time
 from typing import NamedTuple
 
 import numba
@@ -55,22 +54,6 @@ def wake_pool() -> None:
     """Run one empty parallel region over Numba's threads: after it, every worker is awake (spinning)."""
     _spread(numba.get_num_threads())
 
-
-def fork_join_seconds(regions: int = 500) -> float:
-    """Seconds per empty parallel region, back to back with the pool awake: how fast the threads signal each
-    other, which says how the cores they run on sit. Measured here (2026-12-05, a 2-core AMD EPYC VM): 1.5 us
-    for minutes, then 2.8 us for tens of seconds, switching abruptly, while a one-thread loop kept its speed
-    within 1% (the clock did not change) and inside the guest nothing moved (the two threads on their two vCPUs,
-    the same run-queue waits): the host changed where the VM's vCPUs run (cores that share a cache or not, a
-    busy sibling hyperthread: the guest cannot tell which). Each algorithm's threads share data in their own
-    way, so the two placements rank algorithms differently (``direct`` 1.29 against 1.58 ms on ResNet-18's C256
-    layer, ``winograd_fused_4x4`` 0.92x then 1.04x its time): ``bench.speed_states``, ``bench.regret``."""
-    threads = numba.get_num_threads()
-    wake_pool()
-    start = time.perf_counter()
-    for _ in range(regions):
-        _spread(threads)
-    return (time.perf_counter() - start) / regions
 
 
 class Sample(NamedTuple):
