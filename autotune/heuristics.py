@@ -44,6 +44,7 @@ Where a device has none, the pass's plain rules apply.
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 
@@ -59,6 +60,9 @@ BEST_REUSE = 4.0
 #: a seed's estimate (a datasheet's peak, not a measurement) prunes only this many times further behind than a
 #: measured slowdown does (``estimated``): with the tuner's prune_ratio of 2, a tile shape estimated 6x behind
 ESTIMATE_MARGIN = 3.0
+#: a rule's representative layer within this many octaves of a layer's GEMM sizes (``gemm_sizes``: each size's
+#: |log2| ratio, summed) is near it: the tuner prunes by the near layers' measurements (``slowdowns``)
+NEAR_OCTAVES = 2.0
 
 
 def features(p: ConvParams) -> dict:
@@ -68,6 +72,20 @@ def features(p: ConvParams) -> dict:
             "depthwise": p.is_depthwise, "grouped": p.groups > 1, "channels": min(p.Cg, p.Kg),
             "kernel_size": max(p.R, p.S), "stride_size": max(p.stride), "dilation_size": max(p.dilation),
             "pixels": Ho * Wo, "batch": p.N}
+
+
+def gemm_sizes(p: ConvParams) -> tuple[int, int, int]:
+    """(output pixels N*Ho*Wo, input channels per group, output channels per group): the sizes of the product
+    every algorithm computes in its own form (im2col's GEMM, Winograd's per-tile products, direct's loops), what
+    makes two layers of one class alike or not: a 3x3 layer of 64 channels at batch 32 on 8 px is near one at
+    batch 1 on 56 px (2048 against 3136 pixels) and far from one of 256 channels on 14 px."""
+    Ho, Wo = p.out_hw
+    return p.N * Ho * Wo, p.Cg, p.Kg
+
+
+def octaves(a, b) -> float:
+    """How far apart two layers' ``gemm_sizes`` are: the sum of |log2| of their ratios."""
+    return sum(abs(math.log2(x / y)) for x, y in zip(a, b))
 
 
 def matches(when: dict, f: dict) -> bool:
@@ -157,23 +175,49 @@ class Heuristics:
         """Whether ``slowdowns`` of this rule are the seed's estimates, not measurements (``ESTIMATE_MARGIN``)."""
         return rule_name in self._seeded_slowdowns
 
+    def near_layers(self, rule_name: str, p: ConvParams | None, op: str = "forward", device: str = "cpu",
+                    prepared: bool = False) -> list:
+        """The rule's representative layers within ``NEAR_OCTAVES`` of ``p`` (``gemm_sizes``), as recorded
+        (``at``, ``ratios``); none without ``p`` or where the rule records no layers."""
+        rule = self.rule_named(rule_name, op, device, prepared)
+        if p is None:
+            return []
+        here = gemm_sizes(p)
+        return [one for one in rule.get("layers", []) if octaves(one["at"], here) <= NEAR_OCTAVES]
+
+    def rule_named(self, rule_name: str, op: str = "forward", device: str = "cpu", prepared: bool = False) -> dict:
+        """The rule called ``rule_name`` (as ``rank`` returned it) for the pass and device; {} if none."""
+        rule_name = rule_name.split(UNMEASURED)[0]
+        return next((r for r in self.rules(op, device, prepared) if r["name"] == rule_name), {})
+
     def slowdowns(self, rule_name: str, names, op: str = "forward", device: str = "cpu",
-                  prepared: bool = False) -> dict:
+                  prepared: bool = False, p: ConvParams | None = None) -> dict:
         """name -> how much slower than the best of ``names`` the rule's measurements found it (where measured),
         what the tuner prunes by: its ``closest`` (the smallest time / best time over the class's layers: how near
         the best it ever came) where the rule records one, else its ``score`` (the geometric mean), over the
         smallest among ``names``: what a workspace limit or the deterministic flag left is measured against
         itself, so the nearest of it is never pruned. The closest is the safe one to prune by: a mean over a few
         layers can hide the one where it won, and one that never came within ``prune_ratio`` of the best on any
-        layer of the class is not worth a call."""
+        layer of the class is not worth a call.
+
+        Given the layer ``p``, the closest is taken over the class's layers near it (``near_layers``) where there
+        are any: a class spans layers unlike each other (3x3 at 64-512 channels, batch 1 or 32, 7-56 px), and an
+        algorithm that came near the best on one of them may be 6x behind on another. Measured here (2026-12-05,
+        AMD EPYC): on ResNet-20's C64 8px batch-32 layer ``winograd_2x2``, ``winograd_6x6`` and ``im2col`` ran
+        6.1-6.6x the best; within 1.9x of the best on some layer of the class, none was pruned, and their checked
+        calls cost about 20x the choice's time of the tuning's 51x. The class's 56 px layer (3136 output pixels
+        against 2048, the same channels) is near it and prunes them: 21x (``bench.regret``'s layers, 10 warm
+        tunings each, interleaved: median 52x -> 34.5x, regret unchanged). An algorithm the near layers did not
+        run (it does not support them) keeps the class's closest."""
         if rule_name in self._seeded_slowdowns:
             seeded = {n: s for n, s in self._seeded_slowdowns[rule_name].items() if n in names}
             best = min(seeded.values(), default=1.0)
             return {n: s / best for n, s in seeded.items()}
-        rule_name = rule_name.split(UNMEASURED)[0]
-        rule = next((r for r in self.rules(op, device, prepared) if r["name"] == rule_name), {})
+        rule = self.rule_named(rule_name, op, device, prepared)
         if "closest" in rule:
-            closest = {n: rule["closest"][n] for n in names if n in rule["closest"]}
+            near = self.near_layers(rule_name, p, op, device, prepared)
+            closest = {n: min((one["ratios"][n] for one in near if n in one["ratios"]), default=rule["closest"][n])
+                       for n in names if n in rule["closest"]}
             best = min(closest.values(), default=1.0)
             return {n: c / best for n, c in closest.items()}
         score = {n: rule.get("score", {})[n] for n in names if n in rule.get("score", {})}

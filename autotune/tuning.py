@@ -3,8 +3,9 @@
 1. Candidates: every algorithm of the device's registry whose ``supports(p, op)`` holds, minus the
    non-deterministic ones when ``deterministic``, minus those over ``workspace_limit``; ranked by the
    heuristic; ``benchmark_limit`` keeps the best ranked N; ``prune_ratio`` (2) drops those the heuristic's
-   measurements never found within that many times the best on any layer of the layer's class (``closest``
-   in ``heuristics.json``; every candidate costs at least its checked call, so one 20x slower costs 20 runs of
+   measurements never found within that many times the best on any layer of the layer's class near this one
+   (``heuristics.NEAR_OCTAVES``), or, with none near, on any layer of the class (``closest`` in
+   ``heuristics.json``; every candidate costs at least its checked call, so one 20x slower costs 20 runs of
    the winner; a seed's estimate prunes at 3x that, ``heuristics.ESTIMATE_MARGIN``). Every exclusion is recorded
    with its reason. When nothing fits the workspace limit, the error names the smallest workspace that would.
    First, the device's backend must run here (``convalgos.arrays.gpu_problem``): a GPU without CuPy, a driver
@@ -241,13 +242,16 @@ def _limit_and_prune(tuner, ranked: list, rule: str, key: Key, skipped: dict, ki
             skipped[name] = f"benchmark_limit={limit}: ranked {rank} by rule {rule!r}"
         ranked = ranked[:limit]
     if tuner.prune_ratio is not None:
-        slowdowns = tuner.heuristics.slowdowns(rule, ranked, op=key.op, device=kind, prepared=key.prepared)
+        slowdowns = tuner.heuristics.slowdowns(rule, ranked, op=key.op, device=kind, prepared=key.prepared,
+                                               p=key.params)
         estimated = tuner.heuristics.estimated(rule)
+        near = tuner.heuristics.near_layers(rule, key.params, op=key.op, device=kind, prepared=key.prepared)
+        where = (f"on the {len(near)} layer(s) of its class near this one" if near else "on every layer of its class")
         for name, slowdown in slowdowns.items():
             if estimated and slowdown >= ESTIMATE_MARGIN * tuner.prune_ratio:
                 skipped[name] = (f"pruned: the seed's estimate puts it {slowdown:.1f}x behind the best (prune_ratio="
                                  f"{tuner.prune_ratio} x {ESTIMATE_MARGIN:g} for an estimate)")
             elif not estimated and slowdown >= tuner.prune_ratio:
-                skipped[name] = (f"pruned: rule {rule!r} measured it {slowdown:.1f}x slower than the best of its "
-                                 f"class (prune_ratio={tuner.prune_ratio})")
+                skipped[name] = (f"pruned: rule {rule!r} measured it at least {slowdown:.1f}x slower than the best "
+                                 f"{where} (prune_ratio={tuner.prune_ratio})")
     return [n for n in ranked if n not in skipped]

@@ -32,7 +32,7 @@ import numpy as np
 import convalgos
 from convalgos import PASSES
 from autotune.cache import fingerprint
-from autotune.heuristics import DEFAULT_PATH
+from autotune.heuristics import DEFAULT_PATH, gemm_sizes
 from bench.algorithms import arrays, time_pass
 from bench.layers import layer
 
@@ -96,21 +96,32 @@ def ranking(times_per_layer: list) -> tuple[list, dict, dict]:
     return sorted(score, key=lambda n: (score[n], n)), score, closest
 
 
-def rule(name: str, when: dict, times_per_layer: list) -> dict:
+def rule(name: str, when: dict, times_per_layer: list, layers: list) -> dict:
+    """The class's rule: its order, scores and closest, and each representative layer's GEMM sizes (``at``:
+    output pixels N*Ho*Wo, input and output channels per group) with every algorithm's time / that layer's best,
+    what the tuner prunes by on a layer near one of them (``autotune.heuristics.Heuristics.slowdowns``)."""
     order, score, closest = ranking(times_per_layer)
+    at = [list(gemm_sizes(p)) for p in layers]
     return {"name": name, "when": when, "order": order, "score": {n: round(score[n], 3) for n in order},
-            "closest": {n: round(closest[n], 3) for n in order}}
+            "closest": {n: round(closest[n], 3) for n in order},
+            "layers": [{"at": a, "ratios": {n: round(t / min(times.values()), 3) for n, t in times.items()}}
+                       for a, times in zip(at, times_per_layer)]}
 
 
 def pass_rules(measured: str, rounds: int, quick: bool, device: str = "cpu") -> list:
     rules, every_layer = [], []
     suffix = " (prepared weight)" if measured.endswith(" prepared") else ""
+    every_p = []
     for name, when, layers in CLASSES:
-        times = [layer_times(p, measured, rounds, device) for p in (layers[:1] if quick else layers)]
+        layers = layers[:1] if quick else layers
+        if device == "cuda":
+            layers = [dataclasses.replace(p, N=GPU_BATCH) for p in layers]
+        times = [layer_times(p, measured, rounds, device) for p in layers]
         every_layer += times
-        rules.append(rule(name + suffix, when, times))
+        every_p += layers
+        rules.append(rule(name + suffix, when, times, layers))
         print(f"{measured:<17} {name:<24} {' > '.join(rules[-1]['order'])}")
-    rules.append(rule("default" + suffix, {}, every_layer))
+    rules.append(rule("default" + suffix, {}, every_layer, every_p))
     return rules
 
 

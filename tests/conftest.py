@@ -49,7 +49,8 @@ def shuffled_choices(monkeypatch):
         entry = heuristic_entry(tuner, key, registry, kind, *args, **kwargs)
         if "machine" not in tuner.heuristics.data or tuner.timer is not None:
             return entry                                        # the test's own rules pin the choice
-        slow = tuner.heuristics.slowdowns(entry.rule, entry.ranked, op=key.op, device=kind, prepared=key.prepared)
+        slow = tuner.heuristics.slowdowns(entry.rule, entry.ranked, op=key.op, device=kind, prepared=key.prepared,
+                                          p=key.params)
         fair = [n for n in entry.ranked if slow.get(n, 1.0) < (tuner.prune_ratio or float("inf"))]
         entry.algo = _draw(fair, key)
         entry.ranked = [entry.algo] + [n for n in entry.ranked if n != entry.algo]

@@ -3,7 +3,7 @@ and heuristics.json as written by bench/heuristics.py."""
 import numpy as np
 
 import convalgos
-from autotune.heuristics import Heuristics, features, matches
+from autotune.heuristics import NEAR_OCTAVES, Heuristics, features, gemm_sizes, matches, octaves
 from bench import heuristics as script
 from bench.layers import layer
 
@@ -68,6 +68,33 @@ def test_slowdowns_are_the_closest_approach_where_the_rule_records_it():
     assert h.slowdowns("f", ["a", "c"], op="forward") == {"a": 1.0, "c": 1.25}
 
 
+def test_near_the_layer_the_closest_is_taken_over_the_class_layers_near_it():
+    """A class spans unlike layers: "c" came within 1.2x of the best on its 112 px layer and ran 6x behind on its
+    6 px batch-64 layer. A layer near the second (same channels, 2048 against 2304 output pixels) prunes "c" by
+    that layer's 6x; one near neither keeps the class's closest (1.2x), and so does an algorithm the near layer
+    did not run ("d": it did not support it)."""
+    near, far = layer(32, 64, 8, 64, 3, padding=1), layer(1, 512, 7, 512, 3, padding=1)
+    rule = {"name": "f", "when": {}, "order": ["a", "b", "c", "d"], "score": {"a": 1.0, "b": 1.5, "c": 2.7, "d": 3.0},
+            "closest": {"a": 1.0, "b": 1.5, "c": 1.2, "d": 3.0},
+            "layers": [{"at": [12544, 64, 64], "ratios": {"a": 1.0, "b": 1.5, "c": 1.2, "d": 3.0}},
+                       {"at": [2304, 64, 64], "ratios": {"a": 1.0, "b": 1.5, "c": 6.0}}]}
+    h = Heuristics({"devices": {"cpu": {"forward": [rule]}}})
+    assert gemm_sizes(near) == (2048, 64, 64) and octaves((2048, 64, 64), (2304, 64, 64)) < NEAR_OCTAVES
+    assert [one["at"] for one in h.near_layers("f", near)] == [[2304, 64, 64]]
+    assert h.slowdowns("f", ["a", "b", "c", "d"], p=near) == {"a": 1.0, "b": 1.5, "c": 6.0, "d": 3.0}
+    assert h.near_layers("f", far) == []
+    assert h.slowdowns("f", ["a", "b", "c", "d"], p=far) == {"a": 1.0, "b": 1.5, "c": 1.2, "d": 3.0}
+    assert h.slowdowns("f", ["a", "b", "c", "d"]) == h.slowdowns("f", ["a", "b", "c", "d"], p=far)
+
+
+def test_the_script_records_each_layer_s_sizes_and_ratios():
+    p, q = layer(1, 64, 56, 64, 3, padding=1), layer(32, 64, 8, 64, 3, padding=1)
+    r = script.rule("r", {}, [{"a": 1.0, "b": 2.0}, {"a": 3.0, "b": 1.0}], [p, q])
+    assert r["layers"] == [{"at": [3136, 64, 64], "ratios": {"a": 1.0, "b": 2.0}},
+                           {"at": [2048, 64, 64], "ratios": {"a": 3.0, "b": 1.0}}]
+    assert r["closest"] == {"a": 1.0, "b": 1.0}
+
+
 def test_prepared_keys_use_their_own_rules_where_measured():
     h = Heuristics({"devices": {"cpu": {"forward": [{"name": "plain", "when": {}, "order": ["a", "b"]}],
                                         "forward prepared": [{"name": "prep", "when": {}, "order": ["b", "a"]}]}}})
@@ -96,6 +123,9 @@ def test_heuristics_json_is_the_scripts_output():
             assert scores == sorted(scores) and set(r["order"]) == set(r["score"]) == set(r["closest"])
             assert min(r["closest"].values()) == 1.0            # some algorithm was the best of a layer
             assert all(1.0 <= r["closest"][n] <= r["score"][n] + 1e-3 for n in r["order"])   # a min <= a mean
+            assert all(min(one["ratios"].values()) == 1.0 and set(one["ratios"]) <= set(r["order"])
+                       for one in r["layers"]) and r["layers"]                 # each layer's own best is 1
+            assert all(min(one["ratios"].get(n, 1e9) for one in r["layers"]) == r["closest"][n] for n in r["order"])
         for name, when, layers in script.CLASSES:      # every class's layers fire their own rule
             for p in layers:
                 assert h.rank(p, list(convalgos.ALGORITHMS), op=op, prepared=prepared)[1] == name + suffix

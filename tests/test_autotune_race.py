@@ -175,6 +175,21 @@ def test_what_a_workspace_limit_leaves_is_pruned_against_itself():
     assert entry.algo == "b" and algos["c"].calls == 0 and entry.skipped["c"].startswith("pruned: rule 'r' measured")
 
 
+def test_a_class_layer_near_the_key_prunes_by_its_own_measurement_and_the_reason_says_so():
+    """The class's closest keeps "c" (1.1x on a far layer); the layer near the key (50 output pixels, 3 -> 4
+    channels, against 64, 3, 4) measured it 5x behind: it is not called, and its reason names the near layer."""
+    clock = FakeClock()
+    algos = fakes(clock, a=1e-3, b=1.5e-3, c=1.2e-3)
+    rules = Heuristics({"rules": [{"name": "r", "when": {}, "order": ["a", "b", "c"],
+                                   "score": {"a": 1.0, "b": 1.5, "c": 2.3}, "closest": {"a": 1.0, "b": 1.5, "c": 1.1},
+                                   "layers": [{"at": [64, 3, 4], "ratios": {"a": 1.0, "b": 1.5, "c": 5.0}},
+                                              {"at": [50000, 3, 4], "ratios": {"a": 1.2, "c": 1.0}}]}]})
+    entry = tuned(clock, algos, heuristics=rules)
+    assert algos["c"].calls == 0 and algos["b"].calls > 0 and entry.algo == "a"
+    assert entry.skipped["c"] == ("pruned: rule 'r' measured it at least 5.0x slower than the best on the 1 "
+                                  "layer(s) of its class near this one (prune_ratio=2.0)")
+
+
 def test_a_seed_estimate_prunes_only_three_times_further_behind():
     """A datasheet's estimate is no measurement: at prune_ratio 2 it prunes what it puts 6x behind, not 4x."""
     class Seeded(Heuristics):

@@ -34,7 +34,9 @@ rng = np.random.default_rng(0)
 # a geometric mean over the class's layers). The first rule whose `when` holds fires. Each rule also keeps each
 # algorithm's **closest** approach to the best (its smallest time over the best on any of the class's layers):
 # benchmark mode does not even run one that never came within `prune_ratio` (2x) of the best there, since a
-# mean can hide the one layer an algorithm won, a minimum cannot. The file says where and when it was measured:
+# mean can hide the one layer an algorithm won, a minimum cannot. On a layer near one of the class's layers
+# (within 2 octaves of its GEMM's sizes: output pixels, input and output channels) it prunes by that layer's
+# own measurement instead (section 1b). The file says where and when it was measured:
 
 # %%
 data = json.load(open("../autotune/heuristics.json"))
@@ -57,6 +59,35 @@ for op in ("forward", "backward_data", "backward_filter"):
               f"{', '.join(pruned) or 'none'}")
 print(f"\npasses with rules of their own: {list(rules)}; devices: {list(data['devices'])} (the GPU ranks by "
       f"FLOPs and workspace from a datasheet seed: {list(data.get('seeds', {}))})")
+
+# %% [markdown]
+# ### 1b. A class spans unlike layers: prune by the ones near
+#
+# The "3x3 stride 1, wide" class holds layers of 64 channels on 56 px and of 512 on 7 px, at batch 1. An
+# algorithm that came within 2x of the best on one of them is raced on every 3x3 layer of 64 channels or more,
+# even where it is far behind. The file keeps each class layer's own ratios and its GEMM's sizes (`at`), and the
+# tuner prunes by the class layers near the layer it tunes, where there are any. ResNet-20's last stage (64
+# channels, 8 px, batch 32: 2048 output pixels) is near the class's 56 px layer (3136) and far from the others:
+
+# %%
+from autotune.heuristics import gemm_sizes
+
+heuristics = Heuristics(data)
+resnet20_stage3 = ConvParams.from_shapes((32, 64, 8, 8), (64, 64, 3, 3), padding=1)
+names = [n for n, a in ALGORITHMS.items() if a.supports(resnet20_stage3, "forward")]
+flops = {n: ALGORITHMS[n].flops(resnet20_stage3, "forward") for n in names}
+ranked, rule_name = heuristics.rank(resnet20_stage3, names, flops=flops)
+near = heuristics.near_layers(rule_name, resnet20_stage3)
+by_class = heuristics.slowdowns(rule_name, ranked)
+by_near = heuristics.slowdowns(rule_name, ranked, p=resnet20_stage3)
+print(f"rule {rule_name!r}; this layer's GEMM sizes {gemm_sizes(resnet20_stage3)}; the class's layers "
+      f"{[one['at'] for one in heuristics.rule_named(rule_name)['layers']]}; near it: "
+      f"{[one['at'] for one in near]}")
+for n in ranked:
+    print(f"  {n:<20} closest on the class {by_class[n]:5.2f}x  on the near layer(s) {by_near[n]:5.2f}x  "
+          f"{'pruned' if by_near[n] >= prune else 'raced'}{' (raced by the class alone)' if by_near[n] >= prune > by_class[n] else ''}")
+print(f"raced: {sum(by_near[n] < prune for n in ranked)} of {len(ranked)} by the near layer(s), "
+      f"{sum(by_class[n] < prune for n in ranked)} by the class alone")
 
 # %% [markdown]
 # ## 2. Its regret, on one ResNet-20 training step
