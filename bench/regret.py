@@ -11,7 +11,8 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
 3. steady: a tuning beside a neighbour spinning on one core (``neighbours.py``), judged against a race under
    that same neighbour; the neighbour stops, the layer is called through the tuner for ``--after`` seconds
    (1), and the choice then (re-raced or not) is judged against the quiet race;
-4. bursty: a tuning beside neighbours that come and go on every core;
+4. bursty: a tuning beside neighbours that come and go on every core; they stop, and the layer is called for
+   ``--after`` seconds, as in 3 (a choice marked provisional there is raced again once the machine is quiet);
 5. the judge, quietly, twice: every algorithm that supports the pass, timed as a step pays for a call
    (``regret_layers.judge``: blocks of back-to-back calls with the pool awake, ``--rounds`` interleaved
    rounds, 15 by default (7 until 2026-12-05 evening: two passes of 7 disagreed by up to 33% on the 1x1
@@ -45,7 +46,7 @@ from bench import orders
 from bench.common import RESULTS, write_record
 
 #: phases of a child, in order
-PHASES = ("first", "warm", "steady", "after", "bursty")
+PHASES = ("first", "warm", "steady", "after", "bursty", "after_bursty")
 
 
 def child(args) -> dict:
@@ -87,17 +88,21 @@ def child(args) -> dict:
             out["judge_steady_2"].append(judge(layer, args.steady_rounds))
     out["judge_steady"] = [{n: (one[n] + two[n]) / 2 for n in one}
                            for one, two in zip(out["judge_steady_1"], out["judge_steady_2"])]
-    out["quiet"]["after"] = machine_wait_share(0.2)
-    out["after"] = []
-    for layer, t in zip(layers, tuners):
+    def called_for(layer, t) -> dict:
+        """The choice once ``layer`` has been called through ``t`` for ``--after`` seconds (re-raced or not)."""
         end = time.perf_counter() + args.after
         while time.perf_counter() < end:
             layer.call(t)
         (entry,) = t.dispatch_table()
-        out["after"].append({"algo": entry.algo, "reraced": entry.reraced, "provisional": bool(entry.provisional),
-                             "placement_us": placement_us()})
+        return {"algo": entry.algo, "reraced": entry.reraced, "provisional": bool(entry.provisional),
+                "placement_us": placement_us()}
+
+    out["quiet"]["after"] = machine_wait_share(0.2)
+    out["after"] = [called_for(layer, t) for layer, t in zip(layers, tuners)]
     with neighbour("bursty"):
-        out["bursty"] = [tune(l)[1] for l in layers]
+        tuned = [tune(l) for l in layers]
+    out["bursty"] = [entry for _, entry in tuned]
+    out["after_bursty"] = [called_for(layer, t) for layer, (t, _) in zip(layers, tuned)]
     out["quiet"]["judge 2"] = machine_wait_share(0.2)
     judges = judge_layers(layers, args.rounds)
     out["judge_quiet_2"], out["judge_quiet_rounds_2"] = [j.times() for j in judges], [j.record() for j in judges]

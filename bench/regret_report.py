@@ -13,7 +13,9 @@ ROWS = (("quiet, first tunings in a process", "first", "judge_quiet"),
         ("beside a steady one-core neighbour, while it runs (against a race under it)", "steady", "judge_steady"),
         ("the same choices, against the quiet race", "steady", "judge_quiet"),
         ("once the neighbour has gone, after a second of calls (against the quiet race)", "after", "judge_quiet"),
-        ("beside a neighbour that comes and goes (against the quiet race)", "bursty", "judge_quiet"))
+        ("beside a neighbour that comes and goes (against the quiet race)", "bursty", "judge_quiet"),
+        ("the same, once it has gone, after a second of calls (against the quiet race)", "after_bursty",
+         "judge_quiet"))
 
 
 def regrets(run: dict, phase: str, against: str) -> list:
@@ -74,6 +76,8 @@ def render(runs: dict, load: float, args) -> str:
              "|---|" + "---|" * len(orders) + "---|"]
     targets = {"first": "<= 5% worst", "steady": "<= 10% worst", "after": "<= 5% worst", "bursty": "<= 10% worst"}
     for row, phase, against in ROWS:
+        if not all(phase in runs[o] for o in orders):            # a record from before the phase existed
+            continue
         target = targets.get(phase, "") if against == "judge_quiet" or phase == "steady" else ""
         if row.startswith("the same choices"):
             target = "(none)"
@@ -88,11 +92,15 @@ def render(runs: dict, load: float, args) -> str:
             floor = [f"{_pct(judge_against_itself(runs[o], judge))} (median / worst)" for o in orders]
             lines.append(f"| the {where} judge against itself: its first pass's fastest, timed by its second | "
                          + " | ".join(floor) + " | (noise floor) |")
-    marked = [f"{sum(e['provisional'] for e in runs[o]['steady'])} of {len(runs[o]['steady'])}" for o in orders]
-    lines.append("| steady neighbour: choices marked provisional | " + " | ".join(marked) + " | all |")
-    reraced = [f"{sum(e['reraced'] > 0 for e in runs[o]['after'])} re-raced, "
-               f"{sum(e['provisional'] for e in runs[o]['after'])} still provisional" for o in orders]
-    lines.append("| once it has gone, after a second of calls | " + " | ".join(reraced) + " | |")
+    for phase, after, who, target in (("steady", "after", "steady neighbour", "all"),
+                                      ("bursty", "after_bursty", "neighbour that comes and goes", "")):
+        if not all(after in runs[o] for o in orders):
+            continue
+        marked = [f"{sum(e['provisional'] for e in runs[o][phase])} of {len(runs[o][phase])}" for o in orders]
+        lines.append(f"| {who}: choices marked provisional | " + " | ".join(marked) + f" | {target} |")
+        reraced = [f"{sum(e['reraced'] > 0 for e in runs[o][after])} re-raced, "
+                   f"{sum(e['provisional'] for e in runs[o][after])} still provisional" for o in orders]
+        lines.append(f"| {who}: once it has gone, after a second of calls | " + " | ".join(reraced) + " | |")
     for phase, target in (("warm", "<= 40x / <= 150x"), ("first", "")):
         cells = [f"{statistics.median(costs(runs[o], phase)):.0f}x / {max(costs(runs[o], phase)):.0f}x" for o in orders]
         lines.append(f"| tuning cost over the choice's time, {phase} (median / worst) | " + " | ".join(cells)
@@ -104,23 +112,31 @@ def render(runs: dict, load: float, args) -> str:
                   "after | bursty | quiet judge's best | judge against itself | cost warm / first |"
                   + (" placement: first, warm, after, bursty (judge rounds near / far) |" if placed else ""),
                   "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if placed else "")]
-        r = {phase + against: regrets(run, phase, against) for _, phase, against in ROWS}
+        r = {phase + against: regrets(run, phase, against) for _, phase, against in ROWS if phase in run}
         cw, cf, floor = costs(run, "warm"), costs(run, "first"), judge_against_itself(run)
         for i, name in enumerate(run["layers"]):
             best = min(run["judge_quiet"][i], key=run["judge_quiet"][i].get)
 
             def cell(phase, against="judge_quiet"):
                 e = run[phase][i]
-                return f"{e['algo']} {r[phase + against][i]:+.0%}"
+                return f"{e['algo']}{' P' if phase == 'bursty' and e['provisional'] else ''} {r[phase + against][i]:+.0%}"
+
+            def bursty_cell():
+                if "after_bursty" not in run:
+                    return cell("bursty")
+                after = run["after_bursty"][i]
+                return (cell("bursty") + (f" -> {after['algo']} {r['after_burstyjudge_quiet'][i]:+.0%} (re-raced)"
+                                          if after["reraced"] else ""))
             steady = run["steady"][i]
             mark = " P" if steady["provisional"] else ""
             after = run["after"][i]
             lines.append(f"| {name} | {run['ops'][i]} | {cell('first')} | {cell('warm')} | {steady['algo']}{mark} "
                          f"{r['steadyjudge_steady'][i]:+.0%} / {r['steadyjudge_quiet'][i]:+.0%} | "
                          f"{after['algo']} {r['afterjudge_quiet'][i]:+.0%}{' (re-raced)' if after['reraced'] else ''} "
-                         f"| {cell('bursty')} | {best} {run['judge_quiet'][i][best] * 1e3:.3f} ms | "
+                         f"| {bursty_cell()} | {best} {run['judge_quiet'][i][best] * 1e3:.3f} ms | "
                          f"{floor[i]:+.0%} | {cw[i]:.0f}x / {cf[i]:.0f}x |"
                          + (f" {_places(run, i)} |" if placed else ""))
         lines.append("")
-        lines.append("P: marked provisional (chosen while another process shared the cores).")
+        lines.append("P: marked provisional (chosen while another process shared the cores); bursty: the choice "
+                     "beside the neighbours, and where it was re-raced once they had gone, the choice then.")
     return "\n".join(lines) + "\n"

@@ -34,6 +34,25 @@ def test_the_record_computes_regret_and_cost_from_the_judges_times():
     assert "1 re-raced, 1 still provisional" in text and "a +100%" in text
 
 
+def test_a_bursty_choice_is_judged_as_chosen_and_once_the_neighbours_have_gone():
+    """Layer two's "a" (2x the best quietly), chosen beside the bursty neighbours and marked provisional, was
+    re-raced once they had gone: "b" then, 0%. A record from before that phase has neither row."""
+    run = synthetic_run()
+    run["bursty"] = [{"algo": "a", "seconds": 0.02, "jit": 0.0, "provisional": False},
+                     {"algo": "a", "seconds": 0.02, "jit": 0.0, "provisional": True}]
+    run["after_bursty"] = [{"algo": "a", "reraced": 0, "provisional": False},
+                           {"algo": "b", "reraced": 1, "provisional": False}]
+    args = argparse.Namespace(layers=2, rounds=3, steady_rounds=9, after=1.0)
+    text = render({"numpy": run}, 0.5, args)
+    assert "| beside a neighbour that comes and goes (against the quiet race) | 50% / 100% (median / worst)" in text
+    assert ("| the same, once it has gone, after a second of calls (against the quiet race) | 0% / 0% (median / "
+            "worst)") in text
+    assert "| neighbour that comes and goes: choices marked provisional | 1 of 2 |" in text
+    assert "| a P +100% -> b +0% (re-raced) |" in text
+    del run["after_bursty"]
+    assert "the same, once it has gone" not in render({"numpy": run}, 0.5, args)
+
+
 def test_the_judge_judges_itself_for_the_noise_floor():
     run = synthetic_run()
     run["judge_quiet_1"][1] = {"a": 0.9e-3, "b": 1.0e-3}          # its first pass found "a" fastest on layer two
