@@ -8,11 +8,13 @@ layer class and records, per class, the algorithms from fastest to slowest. The 
 
     rule = {"name": "3x3 stride 1, wide", "when": {"kernel": [3, 3], "stride": [1, 1], "min_channels": 64},
             "order": ["winograd_4x4", "im2col", ...], "score": {"winograd_4x4": 1.0, ...},
-            "closest": {"winograd_4x4": 1.0, "im2col": 1.4, ...}}
+            "closest": {"winograd_4x4": 1.0, "im2col": 1.4, ...},
+            "layers": [{"at": [3136, 64, 64], "ratios": {"winograd_4x4": 1.0, "im2col": 2.9, ...}}, ...]}
 
 ``score`` is the geometric mean over the class's representative layers of an algorithm's time / the layer's
 best time (what ``order`` sorts by); ``closest`` the smallest of those ratios (what the tuner prunes by,
-``slowdowns``).
+``slowdowns``); ``layers`` each representative layer's ratios and its GEMM's sizes (``gemm_sizes``), by which a
+layer near one of them is pruned instead.
 
 ``when`` compares features of the layer (``features`` below): ``feature: value`` must be equal,
 ``min_feature`` / ``max_feature`` bound it (inclusive). The first rule whose ``when`` holds fires; an empty

@@ -267,8 +267,10 @@ def test_the_epilogue_kernel_matches_numpy():
 
 # ---- the tuner times what eval mode runs -------------------------------------------------------------------
 def test_a_prepared_key_is_tuned_on_the_prepared_path_with_the_prepare_cost_apart():
+    """Both candidates race (``prune_ratio=None``: whether the measured rules prune one is this machine's file's
+    business, not this test's)."""
     tuner = autotune.Tuner(algorithms=OrderedDict((n, ALGORITHMS[n]) for n in ("im2col", "winograd_4x4")),
-                           benchmark=True, time_budget=0.05)
+                           benchmark=True, time_budget=0.05, prune_ratio=None)
     x, w = rand(1, 4, 10, 10), rand(6, 4, 3, 3, seed=1)
     choice = tuner.forward_choice(x, w, None, 1, 1, prepared=True)
     tuner.conv2d(x, w, padding=1)                                   # the plain call: a key of its own
