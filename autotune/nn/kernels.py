@@ -14,9 +14,14 @@
   centred sum of squares, output) and two backward (the two sums, then dx), x_hat recomputed from x instead
   of stored; NumPy took seven passes each way and three fresh arrays. What the containers fuse after a
   BatchNorm runs in its kernels: ResNet's residual sum and the ReLU on each output row while it is in L1, and
-  that ReLU's mask on dy in the backward pass (a pass and a fresh array each, otherwise). Parallel over
-  channels; each channel's sums are reassociated into vector lanes (a fixed order for the compiled code, so
-  repeatable).
+  that ReLU's mask on dy in the backward pass (a pass and a fresh array each, otherwise). Parallel over the
+  (n, c) planes, image-major: each plane's sums (reassociated into vector lanes), then each channel's over the
+  images in image order (a fixed order for the compiled code, so repeatable). Image-major, each thread works on
+  the images the convs before and after it gave that thread (they split their work n-major), so a layer's
+  activations stay in the cache of the core that wrote them; split by channel, as before, half of them crossed
+  to the other core at every BatchNorm. Measured (2026-12-05, AMD EPYC, ResNet-20 b32 training step, paired in
+  one process, 1274 pairs of steps): 0.972x the step's time with the vCPUs near each other (fork/join 2.3-3.0 us),
+  0.943x with them far apart (3.0-9 us: `bench/regret_placement.py`).
 
 All run in parallel over the (n, c) planes, so no two threads write the same element.
 """
@@ -105,43 +110,58 @@ def epilogue(y, bias, residual, relu):
             y[n, k, i] = v
 
 
+@njit(cache=True, inline="always")
+def _channel_totals(part):
+    """part (N, C) -> (C,): each channel's sum over the images, in image order (a fixed order: repeatable)."""
+    N, C = part.shape
+    total = np.zeros(C)
+    for n in range(N):
+        for c in range(C):
+            total[c] += part[n, c]
+    return total
+
+
 @njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
 def batch_norm(x, weight, bias, eps, y, mean, var, residual, relu):
     """x, y: (N, C, P). Per channel c over its n = N*P values: mean[c] = sum(x) / n, var[c] = sum((x - mean)^2)
     / n (the biased variance), y = (x - mean) / sqrt(var + eps) * weight[c] + bias[c]; then y += residual
-    (N, C, P) unless it is empty, then ReLU when ``relu`` (a NaN stays NaN), each row while it is in L1."""
+    (N, C, P) unless it is empty, then ReLU when ``relu`` (a NaN stays NaN), each row while it is in L1. Each
+    pass is parallel over the (n, c) planes, image-major (module docstring): each plane's sum, then the
+    channel's over the images."""
     N, C, P = x.shape
     count = N * P
     add = residual.shape[0] > 0
-    for c in prange(C):
-        s = 0.0
-        for n in range(N):
-            row = x[n, c]
+    part = np.empty((N, C))
+    for nc in prange(N * C):
+        row, s = x[nc // C, nc % C], 0.0
+        for i in range(P):
+            s += row[i]
+        part[nc // C, nc % C] = s
+    mu = _channel_totals(part) / count
+    for nc in prange(N * C):
+        row, m, ss = x[nc // C, nc % C], mu[nc % C], 0.0
+        for i in range(P):
+            d = row[i] - m
+            ss += d * d
+        part[nc // C, nc % C] = ss
+    v = _channel_totals(part) / count
+    scale = weight / np.sqrt(v + eps)
+    shift = bias - mu * scale
+    for nc in prange(N * C):
+        n, c = nc // C, nc % C
+        row, out, a, b = x[n, c], y[n, c], scale[c], shift[c]
+        for i in range(P):
+            out[i] = row[i] * a + b
+        if add:                               # rounded as NumPy's y + residual after the BatchNorm is
+            more = residual[n, c]
             for i in range(P):
-                s += row[i]
-        mu = s / count
-        ss = 0.0
-        for n in range(N):
-            row = x[n, c]
+                out[i] += more[i]
+        if relu:
             for i in range(P):
-                d = row[i] - mu
-                ss += d * d
-        v = ss / count
-        scale = weight[c] / np.sqrt(v + eps)
-        shift = bias[c] - mu * scale
-        for n in range(N):
-            row, out = x[n, c], y[n, c]
-            for i in range(P):
-                out[i] = row[i] * scale + shift
-            if add:                               # rounded as NumPy's y + residual after the BatchNorm is
-                more = residual[n, c]
-                for i in range(P):
-                    out[i] += more[i]
-            if relu:
-                for i in range(P):
-                    if out[i] < 0:
-                        out[i] = 0
-        mean[c], var[c] = mu, v
+                if out[i] < 0:
+                    out[i] = 0
+    for c in range(C):
+        mean[c], var[c] = mu[c], v[c]
 
 
 @njit(parallel=True, cache=True, fastmath={"reassoc", "contract"})
@@ -149,27 +169,33 @@ def batch_norm_grad(x, dy, mask, mean, inv_std, weight, db, dw, dx):
     """Per channel c, with x_hat = (x - mean[c]) * inv_std[c] over its n = N*P values and g = dy (where mask
     (N, C, P), the output of a ReLU fused after the BatchNorm, is positive, else 0; all of dy when mask is
     empty): db[c] = sum(g), dw[c] = sum(g * x_hat), and, unless dx is empty, dx = weight[c] * inv_std[c] / n *
-    (n*g - db - x_hat*dw)."""
+    (n*g - db - x_hat*dw). Parallel over the (n, c) planes, image-major, as ``batch_norm``."""
     N, C, P = x.shape
     count = N * P
     masked = mask.shape[0] > 0
-    for c in prange(C):
+    part_d, part_dx = np.empty((N, C)), np.empty((N, C))
+    for nc in prange(N * C):
+        n, c = nc // C, nc % C
         mu, inv = mean[c], inv_std[c]
+        row, grad = x[n, c], dy[n, c]
+        keep = mask[n, c] if masked else grad
         sd, sdx = 0.0, 0.0
-        for n in range(N):
-            row, grad = x[n, c], dy[n, c]
-            keep = mask[n, c] if masked else grad
-            for i in range(P):
-                g = grad[i] if not masked or keep[i] > 0 else 0.0
-                sd += g
-                sdx += g * ((row[i] - mu) * inv)
-        db[c], dw[c] = sd, sdx
-        if dx.shape[0] == 0:
-            continue
+        for i in range(P):
+            g = grad[i] if not masked or keep[i] > 0 else 0.0
+            sd += g
+            sdx += g * ((row[i] - mu) * inv)
+        part_d[n, c], part_dx[n, c] = sd, sdx
+    sums_d, sums_dx = _channel_totals(part_d), _channel_totals(part_dx)
+    for c in range(C):
+        db[c], dw[c] = sums_d[c], sums_dx[c]
+    if dx.shape[0] == 0:
+        return
+    for nc in prange(N * C):
+        n, c = nc // C, nc % C
+        mu, inv, sd, sdx = mean[c], inv_std[c], sums_d[c], sums_dx[c]
         k = weight[c] * inv / count
-        for n in range(N):
-            row, grad, out = x[n, c], dy[n, c], dx[n, c]
-            keep = mask[n, c] if masked else grad
-            for i in range(P):
-                g = grad[i] if not masked or keep[i] > 0 else 0.0
-                out[i] = k * (count * g - sd - (row[i] - mu) * inv * sdx)
+        row, grad, out = x[n, c], dy[n, c], dx[n, c]
+        keep = mask[n, c] if masked else grad
+        for i in range(P):
+            g = grad[i] if not masked or keep[i] > 0 else 0.0
+            out[i] = k * (count * g - sd - (row[i] - mu) * inv * sdx)
