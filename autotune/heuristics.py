@@ -181,11 +181,11 @@ class Heuristics:
                     prepared: bool = False) -> list:
         """The rule's representative layers within ``NEAR_OCTAVES`` of ``p`` (``gemm_sizes``), as recorded
         (``at``, ``ratios``); none without ``p`` or where the rule records no layers."""
-        rule = self.rule_named(rule_name, op, device, prepared)
         if p is None:
             return []
         here = gemm_sizes(p)
-        return [one for one in rule.get("layers", []) if octaves(one["at"], here) <= NEAR_OCTAVES]
+        layers = self.rule_named(rule_name, op, device, prepared).get("layers", [])
+        return [one for one in layers if octaves(one["at"], here) <= NEAR_OCTAVES]
 
     def rule_named(self, rule_name: str, op: str = "forward", device: str = "cpu", prepared: bool = False) -> dict:
         """The rule called ``rule_name`` (as ``rank`` returned it) for the pass and device; {} if none."""

@@ -55,7 +55,6 @@ def wake_pool() -> None:
     _spread(numba.get_num_threads())
 
 
-
 class Sample(NamedTuple):
     """One timed call: ``seconds`` its cost (wall time; on the GPU the larger of host and GPU time, or the GPU
     time in graph mode, ``rounds.py``), ``usage`` what the threads waited meanwhile, ``host`` and ``gpu`` the
