@@ -114,7 +114,6 @@ class Judge:
         return {"placements": self.placements, "samples": self.samples}
 
 
-
 def judge(layer: Layer, rounds: int, block_seconds: float = 0.01) -> dict:
     """name -> seconds per call of every algorithm supporting the layer's pass (``Judge``), ``rounds`` rounds
     back to back."""

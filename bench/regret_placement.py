@@ -50,9 +50,10 @@ def has_placements(run: dict) -> bool:
 
 
 def readings(run: dict) -> list:
-    """Every fork/join latency read in the run, us: before each tuning, after each re-race, each judge round."""
-    tunings = [e["placement_us"] for phase in ("first", "warm", "steady", "after", "bursty") for e in run[phase]
-               if "placement_us" in e]
+    """Every fork/join latency read in the run, us: before each tuning, after each phase of calls once a
+    neighbour has gone, before each judge round."""
+    tunings = [e["placement_us"] for phase in ("first", "warm", "steady", "after", "bursty", "after_bursty")
+               for e in run.get(phase, []) if "placement_us" in e]
     rounds = [us for k in (1, 2) for rec in run[f"judge_quiet_rounds_{k}"] for us in rec["placements"]]
     return tunings + rounds
 

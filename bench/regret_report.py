@@ -119,7 +119,8 @@ def render(runs: dict, load: float, args) -> str:
 
             def cell(phase, against="judge_quiet"):
                 e = run[phase][i]
-                return f"{e['algo']}{' P' if phase == 'bursty' and e['provisional'] else ''} {r[phase + against][i]:+.0%}"
+                mark = " P" if phase == "bursty" and e["provisional"] else ""
+                return f"{e['algo']}{mark} {r[phase + against][i]:+.0%}"
 
             def bursty_cell():
                 if "after_bursty" not in run:

@@ -84,8 +84,8 @@ print(f"rule {rule_name!r}; this layer's GEMM sizes {gemm_sizes(resnet20_stage3)
       f"{[one['at'] for one in heuristics.rule_named(rule_name)['layers']]}; near it: "
       f"{[one['at'] for one in near]}")
 for n in ranked:
-    print(f"  {n:<20} closest on the class {by_class[n]:5.2f}x  on the near layer(s) {by_near[n]:5.2f}x  "
-          f"{'pruned' if by_near[n] >= prune else 'raced'}{' (raced by the class alone)' if by_near[n] >= prune > by_class[n] else ''}")
+    fate = "raced" if by_near[n] < prune else ("pruned (raced by the class alone)" if by_class[n] < prune else "pruned")
+    print(f"  {n:<20} closest on the class {by_class[n]:5.2f}x  on the near layer(s) {by_near[n]:5.2f}x  {fate}")
 print(f"raced: {sum(by_near[n] < prune for n in ranked)} of {len(ranked)} by the near layer(s), "
       f"{sum(by_class[n] < prune for n in ranked)} by the class alone")
 
