@@ -113,8 +113,8 @@ class Entry:
     JIT, the untimed call before each short timed one, the runs retaken, the blocks) and their seconds, the
     JIT call's apart;
     ``mean_times``: the race was contended most of the time, so ``times`` are means, waits included: per call
-    in blocks of back-to-back calls for the three it ran so, of every run taken for the others
-    (``race/judge.py``), not medians of clean runs.
+    over the blocks of back-to-back calls for the three it ran so (``race/blocks.py``), of every run taken for
+    the others, not medians of clean runs.
     """
 
     key: Key

@@ -63,7 +63,7 @@ class Tuner:
                  cache_path=None, retune_warning=8, time_budget=1.0, cost_cap=10.0, min_runs=3, max_runs=50,
                  precision=0.01, screen_ratio=2.0, abandon_ratio=3.0, settle_ratio=1.1, spike_ratio=1.5,
                  tie_tolerance=0.03, prune_ratio=2.0, wait_share=0.05, retakes=2, reach=1.15, min_pairs=5,
-                 max_pairs=12, confidence=0.9, shootout_cap=12.0, contended_share=0.25, block_seconds=0.005,
+                 max_pairs=12, confidence=0.9, shootout_cap=12.0, contended_share=0.25, block_seconds=0.01,
                  pair_below=0.002, neighbour_share=0.9, retake_wait=0.03, contention_ratio=0.3, reader=None,
                  quiet=None, graph_mode=False):
         self.algorithms = algorithms

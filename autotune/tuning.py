@@ -59,7 +59,7 @@ from convalgos.backends import BACKENDS
 from .heuristics import ESTIMATE_MARGIN
 from .jit import jit_time
 from .measure import ReferenceCheck, poison
-from .race import Race, host_or_gpu, judge
+from .race import Race, blocks, host_or_gpu, judge
 from .race.clock import Sample, Sampler
 from .race.provisional import provisional, stayed
 from .table import Entry, Key, MiB
@@ -184,9 +184,14 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     skipped.update(race.failed)
     if not race.rounds:
         raise RuntimeError(no_candidate_left(key, skipped, ranked))
-    entry.algo, entry.tied, verdict = judge.choose(race, lambda n: (
-        not registry[n].deterministic, workspace.get(n, 0), entry.errors.get(n, 0.0), n), tuner)
+    def preference(n):
+        return not registry[n].deterministic, workspace.get(n, 0), entry.errors.get(n, 0.0), n
+
     entry.mean_times = stayed(race)
+    if entry.mean_times:      # a neighbour was there most of the time: what is fastest under it, by blocks
+        (entry.algo, entry.tied), verdict = blocks.choose(race, preference, tuner), None
+    else:
+        entry.algo, entry.tied, verdict = judge.choose(race, preference, tuner)
     entry.times = {n: race.block_costs.get(n, race.mean_cost(n)) if entry.mean_times else race.typical(n)
                    for n in race.rounds}
     entry.runs = {n: len(r) for n, r in race.rounds.items()}

@@ -21,10 +21,13 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
    waits included), once after the warm phase and once last, a minute or two apart. A choice's regret is its
    time over the best time, less one, both the mean of the two passes. The two passes also judge each other
    (the first's fastest timed by the second): the noise floor of any regret here. Under the steady neighbour
-   the judge also runs twice, back to back, each pass of ``--steady-rounds`` (21), and its two passes judge each
-   other the same way: a neighbour's time slices stall a sub-millisecond call's whole thread pool by luck, and
-   passes of 7 rounds disagreed with themselves by up to 838% (10 ms blocks; 480% with 50 ms blocks), of 21
-   rounds by 0-11% in one run (2026-12-05 18:31) and up to 551% in others: still a lottery there. This machine
+   the judge also runs twice, back to back, after the twelve tunings, each pass of ``--steady-rounds`` (21)
+   spread over the layers as the quiet one, and its two passes judge each other the same way: a neighbour's
+   time slices stall a sub-millisecond call's whole thread pool by luck, so a block's cost per call falls on
+   one of a few levels (none of its slices, one, two), and there the judge takes the mean of the blocks, not the
+   median, and dismisses an algorithm only at ``STEADY_SLOW`` times the best after three blocks. Medians of 21
+   rounds back to back, dismissing after one block, disagreed with themselves by up to 520% (2026-12-05 21:45);
+   means of 21 rounds back to back, by up to 38% (23:40). This machine
    (a 2-core VM) changes speed, quiet as it is, and slows algorithms unequally: the host moves its vCPUs
    (``regret_placement.fork_join_seconds``, ``bench.speed_states``, ``cpu-speed-states.md``: on the 1x1
    stride-2 layer, ``direct`` over ``direct_channels`` 0.97 in the median moment with the vCPUs near, 1.30 far,
@@ -41,6 +44,7 @@ import argparse
 import json
 import os
 import time
+from statistics import fmean
 
 from bench import orders
 from bench.common import RESULTS, write_record
@@ -55,7 +59,7 @@ def child(args) -> dict:
     import autotune
     from autotune.race.contention import machine_wait_share
     from bench.neighbours import neighbour
-    from bench.regret_layers import LAYERS, Layer, judge, judge_layers
+    from bench.regret_layers import LAYERS, STEADY_SLOW, Layer, judge_layers
     from bench.regret_placement import placement_us
 
     layers = [Layer(*spec) for spec in LAYERS[:args.layers]]
@@ -79,13 +83,11 @@ def child(args) -> dict:
     judges = judge_layers(layers, args.rounds)
     out["judge_quiet_1"], out["judge_quiet_rounds_1"] = [j.times() for j in judges], [j.record() for j in judges]
     with neighbour("steady"):
-        tuners, out["steady"], out["judge_steady_1"], out["judge_steady_2"] = [], [], [], []
-        for layer in layers:
-            t, entry = tune(layer)
-            tuners.append(t)
-            out["steady"].append(entry)
-            out["judge_steady_1"].append(judge(layer, args.steady_rounds))
-            out["judge_steady_2"].append(judge(layer, args.steady_rounds))
+        tuned = [tune(layer) for layer in layers]
+        for k in (1, 2):
+            judges = judge_layers(layers, args.steady_rounds, statistic=fmean, slow=STEADY_SLOW)
+            out[f"judge_steady_{k}"] = [j.times() for j in judges]
+    tuners, out["steady"] = [t for t, _ in tuned], [entry for _, entry in tuned]
     out["judge_steady"] = [{n: (one[n] + two[n]) / 2 for n in one}
                            for one, two in zip(out["judge_steady_1"], out["judge_steady_2"])]
     def called_for(layer, t) -> dict:

@@ -76,7 +76,8 @@ def rounds_in(run: dict, i: int, where: str) -> int:
 
 def judge_in(run: dict, i: int, where: str) -> dict | None:
     """name -> the median of layer i's quiet judge blocks taken in placement ``where`` (both passes); an
-    algorithm timed in one block only (``regret_layers.SLOW``) keeps it; None under ``MIN_ROUNDS`` such rounds."""
+    algorithm dismissed after its first blocks (``regret_layers.SLOW``) with none in ``where`` keeps them all; None
+    under ``MIN_ROUNDS`` such rounds."""
     if rounds_in(run, i, where) < MIN_ROUNDS:
         return None
     picked, every, limit = {}, {}, near_limit(run)

@@ -63,8 +63,10 @@ def render(runs: dict, load: float, args) -> str:
              "Regret: the judge's time of the choice over the judge's best, less one (0% = the fastest "
              "was kept); the judge times blocks of back-to-back calls, as a step pays for them "
              "(`bench/regret_layers.py`); the quiet judge is the mean of two passes a minute or two apart (after "
-             "the warm tunings, and last), the steady neighbour's the mean of two passes back to back under it, "
-             f"of {args.steady_rounds} rounds each. Tuning cost: the tuning's seconds (JIT excluded) over the quiet "
+             "the warm tunings, and last), each an algorithm's median block; the steady neighbour's the mean of "
+             f"two passes back to back under it after its tunings, of {args.steady_rounds} rounds each spread over "
+             "the layers, each an algorithm's mean block (a block there holds none of the neighbour's time "
+             "slices, one or two). Tuning cost: the tuning's seconds (JIT excluded) over the quiet "
              "judge's time of the chosen algorithm.", ""]
     if all(has_placements(runs[o]) for o in orders):
         lines += ["Where the host had put the VM's two vCPUs (`bench/regret_placement.py`: the pool's fork/join "

@@ -21,13 +21,8 @@ decides on the median ratio and its interval:
 The shoot-out runs only when the runner-up's median is within ``reach`` of the leader's: a candidate 1.5x
 slower needs no interval. Cost: each pair costs both runs, so 5-12 pairs cost 10-24 runs of the leader.
 
-Beside a neighbour that stays (``provisional.stayed``: over a quarter of every candidate's runs waited, and
-another process was runnable before nearly every sample), no pair
-is clean for long and a sub-millisecond run is clean or waits several milliseconds, by the luck of the
-neighbour's time slices, so neither a median nor the mean of a few runs says what a step pays there. The three
-candidates of smallest mean cost then run blocks of back-to-back calls (``block_seconds`` each, three rounds,
-interleaved: ``blocks``), and the smallest cost per call in a block wins: what is fastest under the
-conditions measured. The choice is provisional, and raced again once the machine is quiet.
+Beside a neighbour that stays (``provisional.stayed``) no pair is clean for long, and blocks of calls decide
+instead (``blocks.py``).
 """
 from __future__ import annotations
 
@@ -35,7 +30,6 @@ import math
 from typing import NamedTuple
 
 from ..measure import median
-from .provisional import stayed
 
 
 class Verdict(NamedTuple):
@@ -113,13 +107,6 @@ def choose(race, preference, settings) -> tuple[str, list, Verdict | None]:
     """(the choice, the candidates it was a tie among, the judge's verdict or None): the race's leader, unless
     the runner-up is within ``reach`` and the shoot-out finds it faster or tied (then ``preference`` decides:
     the smallest ``preference(name)`` wins)."""
-    if stayed(race):
-        # a neighbour was there most of the time: what is fastest under it, by blocks (the choice is
-        # provisional, and raced again once the machine is quiet: ``provisional.py``)
-        cost = blocks(race, sorted(race.rounds, key=race.mean_cost)[:3], settings.block_seconds)
-        best = min(cost.values())
-        tied = sorted((n for n in cost if cost[n] <= (1 + settings.tie_tolerance) * best), key=cost.get)
-        return min(tied, key=preference), tied, None
     order = sorted(race.rounds, key=race.typical)
     leader = order[0]
     if len(order) < 2 or race.typical(order[1]) > settings.reach * race.typical(leader):
@@ -133,23 +120,3 @@ def choose(race, preference, settings) -> tuple[str, list, Verdict | None]:
     tied = [leader, order[1]] + [n for n in order[2:] if race.typical(n) <= (1 + verdict.band) * best]
     return min(tied, key=preference), tied, verdict
 
-
-def blocks(race, names: list, seconds: float, rounds: int = 3) -> dict:
-    """name -> the median over ``rounds`` interleaved rounds of its cost per call in a block of back-to-back calls
-    lasting about ``seconds`` (``clock.Sampler.take_block``), kept in ``race.block_costs``; the blocks' time
-    counts in ``race.spent``."""
-    size = {n: max(1, round(seconds / max(race.mean_cost(n), 1e-9))) for n in names}
-    costs = {n: [] for n in names}
-    for _ in range(rounds):
-        race.order_rng.shuffle(names)
-        for name in names:
-            try:
-                sample = race.sampler.take_block(race.calls[name], size[name])
-            except Exception:  # noqa: BLE001 - it ran before; failing now, it keeps its runs' mean
-                continue
-            costs[name].append(sample.seconds)
-            race.spent += sample.seconds * size[name]
-            race.spent_by[name] += sample.seconds * size[name]
-            race.calls_by[name] += size[name]
-    race.block_costs = {n: median(c) if c else race.mean_cost(n) for n, c in costs.items()}
-    return race.block_costs

@@ -65,7 +65,7 @@ class Race:
         for name, sample in (first or {}).items():       # round 0: the checked calls that are evidence
             self.rounds[name][0] = sample
             self._count_own_wait(name, sample)
-        self.block_costs = {}                            # name -> cost per call in blocks (``judge.blocks``)
+        self.block_costs = {}                            # name -> mean cost per call in blocks (``blocks.py``)
         self.order_rng = random.Random(0)
         self.last = None                                 # the candidate whose call ran last (``_lead``)
 
