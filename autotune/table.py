@@ -6,6 +6,8 @@ from dataclasses import asdict, dataclass, field
 
 from convalgos import PASSES, ConvParams
 
+from .race.blocks import describe
+
 #: the table's counters. ``passes``: pass -> PassInfo; ``layers``: layer -> LayerInfo (shapes.py); ``reraces``:
 #: provisional entries raced again once the machine was quiet; ``provisional``: entries provisional now.
 CacheInfo = namedtuple("CacheInfo", "hits misses entries tuning_seconds passes layers reraces provisional")
@@ -70,8 +72,8 @@ class Key:
 COLUMNS = (("median ms", 11), ("kept", 6), ("retaken", 9), ("waited", 8), ("spikes", 8), ("warm-up ms", 12),
            ("JIT ms", 10), ("error", 10), ("workspace MiB", 15))
 #: Entry fields left out of its dict when empty.
-OPTIONAL = ("nonfinite", "jit", "retaken", "waited", "verdict", "provisional", "reraced", "mean_times", "host_times",
-            "gpu_times", "decided", "calls", "spent")
+OPTIONAL = ("nonfinite", "jit", "retaken", "waited", "verdict", "provisional", "reraced", "mean_times", "blocks",
+            "host_times", "gpu_times", "decided", "calls", "spent")
 #: fields of older files, read as: "contended" (the spike rule's mark) is a provisional mark; "confirmed" is gone.
 LEGACY = {"contended": "provisional", "confirmed": None}
 #: the columns of a GPU entry whose race measured host and GPU time apart (``race.py``).
@@ -114,7 +116,7 @@ class Entry:
     JIT call's apart;
     ``mean_times``: the race was contended most of the time, so ``times`` are means, waits included: per call
     over the blocks of back-to-back calls for the three it ran so (``race/blocks.py``), of every run taken for
-    the others, not medians of clean runs.
+    the others, not medians of clean runs; ``blocks``: name -> [blocks run, the mean's standard error] of those.
     """
 
     key: Key
@@ -144,6 +146,7 @@ class Entry:
     provisional: str = ""
     reraced: int = 0
     mean_times: bool = False
+    blocks: dict = field(default_factory=dict)
     host_times: dict = field(default_factory=dict)
     gpu_times: dict = field(default_factory=dict)
     decided: str = ""
@@ -223,6 +226,8 @@ class Entry:
                 lines.append(f"  times: mean cost per call, waits included (a neighbour was there most of the time: "
                              f"the cost under it), in blocks of back-to-back calls for the three fastest, of every "
                              f"run for the others, the pool awake, {output}")
+                if self.blocks:
+                    lines.append("  " + describe(self.blocks, self.times))
             else:
                 lines.append(f"  times: medians of interleaved runs, the pool awake, less spikes and runs that waited "
                              f"for a CPU (retaken: set aside for waiting; waited: seconds waited per second run), "

@@ -194,6 +194,7 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
         entry.algo, entry.tied, verdict = judge.choose(race, preference, tuner)
     entry.times = {n: race.block_costs.get(n, race.mean_cost(n)) if entry.mean_times else race.typical(n)
                    for n in race.rounds}
+    entry.blocks = race.block_evidence
     entry.runs = {n: len(r) for n, r in race.rounds.items()}
     entry.samples = dict(race.samples)
     entry.spikes = {n: k for n, k in race.spikes().items() if k}

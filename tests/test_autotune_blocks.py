@@ -22,7 +22,7 @@ class FakeRace:
         self.order_rng, self.spent = random.Random(0), 0.0
         self.spent_by = {n: 0.0 for n in levels}
         self.calls_by = {n: 0 for n in levels}
-        self.block_costs = {}
+        self.block_costs, self.block_evidence = {}, {}
         self.sampler = SimpleNamespace(take_block=self.take_block)
         self.first_means = {n: sum(v) / len(v) for n, v in levels.items()}
 
@@ -91,3 +91,21 @@ def test_still_in_drops_only_what_is_clearly_slower():
     assert blocks.still_in({"a": [1.0, 1.1, 0.9, 1.0], "b": [1.2, 0.8, 1.3, 0.9], "c": [3.0, 3.1, 2.9, 3.0]}) \
         == ["a", "b"]
     assert blocks.still_in({"a": [1.0], "b": []}) == ["a", "b"]      # one block: no error yet, nobody leaves
+
+
+def test_the_table_line_names_each_interval_and_marks_a_close_call():
+    times = {"a": 1.0e-3, "b": 1.1e-3}
+    close = blocks.describe({"a": [12, 0.05e-3], "b": [12, 0.05e-3]}, times)
+    assert close.startswith("CLOSE CALL: ") and "a 1.000 ms +- 0.100 (12 blocks), b 1.100 ms +- 0.100" in close
+    apart = blocks.describe({"a": [12, 0.01e-3], "b": [4, 0.01e-3]}, times)
+    assert not apart.startswith("CLOSE CALL") and "b 1.100 ms +- 0.020 (4 blocks)" in apart
+    assert "a 1.000 ms (1 blocks)" in blocks.describe({"a": [1, None]}, {"a": 1.0e-3})
+
+
+def test_the_race_keeps_each_candidates_blocks_and_error():
+    race = FakeRace({"a": [1.0e-3, 1.2e-3], "b": [3.0e-3]})
+    blocks.choose(race, prefer_name, SETTINGS)
+    # b leaves after the first rounds, and with one candidate left the race ends: both ran MIN_BLOCKS blocks
+    n, error = race.block_evidence["a"]
+    assert n == blocks.MIN_BLOCKS and error == pytest.approx(blocks.mean_and_error([1.0e-3, 1.2e-3] * 2)[1])
+    assert race.block_evidence["b"] == [blocks.MIN_BLOCKS, 0.0]

@@ -2,6 +2,7 @@
 retaken; a choice made beside a neighbour that stays is kept, marked provisional (in the table and in saved
 files) and raced again once the machine is quiet, never while it is still contended. And the real reader
 reads this process's counters."""
+import json
 import threading
 
 import pytest
@@ -273,6 +274,10 @@ def test_beside_neighbours_that_come_and_go_a_contended_race_chooses_on_its_clea
     t.conv2d(*arrays())
     (e,) = t.dispatch_table()
     assert e.algo == "b" and e.mean_times and e.provisional
+    # the evidence, in the table and through a saved file: each one's blocks and the error of its mean
+    assert set(e.blocks) == {"a", "b"} and all(n >= 4 and err is not None for n, err in e.blocks.values())
+    assert "blocks, mean per call +- twice its standard error: b " in e.report()
+    assert Entry.from_dict(json.loads(json.dumps(e.to_dict()))).blocks == e.blocks
 
 
 def test_runs_that_waited_while_the_others_ran_clean_do_not_settle_a_candidate():

@@ -74,7 +74,29 @@ def race_blocks(race, seconds: float) -> dict:
         if len(racing) <= 1:
             break
     race.block_costs = {n: mean_and_error(c)[0] if c else race.mean_cost(n) for n, c in costs.items()}
+    race.block_evidence = {n: [len(c), _finite(mean_and_error(c)[1]) if c else None] for n, c in costs.items()}
     return race.block_costs
+
+
+def _finite(error: float) -> float | None:
+    return None if math.isinf(error) else error
+
+
+def describe(evidence: dict, times: dict) -> str:
+    """The table's line on the blocks: each candidate's mean per call, twice its standard error and its blocks,
+    fastest first, and "CLOSE CALL" where the runner-up's interval reaches the leader's (``evidence``: name ->
+    [blocks, standard error or None]; ``times``: name -> mean)."""
+    names = sorted(evidence, key=times.get)
+
+    def interval(n):
+        blocks, error = evidence[n]
+        return f"{n} {times[n] * 1e3:.3f} ms" + (f" +- {2 * error * 1e3:.3f}" if error is not None else "") \
+            + f" ({blocks} blocks)"
+
+    close = len(names) > 1 and None not in (evidence[names[0]][1], evidence[names[1]][1]) and \
+        times[names[1]] - 2 * evidence[names[1]][1] <= times[names[0]] + 2 * evidence[names[0]][1]
+    return ("CLOSE CALL: " if close else "") + "blocks, mean per call +- twice its standard error: " + \
+        ", ".join(map(interval, names))
 
 
 def choose(race, preference, settings) -> tuple[str, list]:

@@ -66,6 +66,7 @@ class Race:
             self.rounds[name][0] = sample
             self._count_own_wait(name, sample)
         self.block_costs = {}                            # name -> mean cost per call in blocks (``blocks.py``)
+        self.block_evidence = {}                         # name -> [blocks, the mean's standard error]
         self.order_rng = random.Random(0)
         self.last = None                                 # the candidate whose call ran last (``_lead``)
 
