@@ -2,7 +2,9 @@
 retaken; a choice made beside a neighbour that stays is kept, marked provisional (in the table and in saved
 files) and raced again once the machine is quiet, never while it is still contended. And the real reader
 reads this process's counters."""
+import gc
 import json
+import os
 import threading
 
 import pytest
@@ -248,6 +250,25 @@ def test_the_real_reader_counts_other_processes_runnable_tasks():
     assert seen is None or (isinstance(seen, int) and seen >= 0)
     if isinstance(reader, contention.ProcReader):
         assert seen is not None                      # /proc/loadavg and every task's stat are there
+
+
+def test_a_tuners_reader_closes_its_files_with_it():
+    # each Tuner reads its threads through files kept open; they stayed open after it (9 per Tuner), so a
+    # program making Tuners in a loop ran out of descriptors: they must close with the Tuner
+    if not isinstance(contention.reader(), contention.ProcReader) or not os.path.isdir("/proc/self/fd"):
+        pytest.skip("no /proc readings on this platform")
+    x, w = arrays()
+    Tuner(benchmark=True).conv2d(x, w)               # anything a first tuning opens for good (Numba, BLAS)
+    gc.collect()
+    before = len(os.listdir("/proc/self/fd"))
+    for _ in range(30):
+        Tuner(benchmark=True).conv2d(x, w)
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) <= before + 2
+    reader = contention.ProcReader()
+    reader.refresh()
+    reader.close()
+    assert reader.read().wait_ns == 0 and reader.runnable_others() is None    # closed: reads nothing, no error
 
 
 def test_the_machine_probe_returns_a_share():
