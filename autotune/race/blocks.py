@@ -17,8 +17,10 @@ seeded shuffled order, and each is judged on its mean cost per call, m, and that
 - it stops when one candidate is left or after ``MAX_BLOCKS`` rounds;
 - the smallest mean wins; the candidates within the tie band of it tie, and the preference decides.
 
-Cost: at most CANDIDATES x MAX_BLOCKS x block_seconds (0.36 s), beside a neighbour that already slows every
-call 2-5x; the choice is provisional, and raced again once the machine is quiet (``provisional.py``).
+Cost: nominally at most CANDIDATES x MAX_BLOCKS x block_seconds (0.36 s); a block is sized by the race's mean
+cost, so one the neighbour slows further runs longer: measured beside it (2026-12-06, the 12 layers twice) a
+tuning took 0.1-0.6 s, median 0.21 (it was ~0.05 s of blocks before). The choice is provisional, and raced
+again once the machine is quiet (``provisional.py``).
 """
 from __future__ import annotations
 
