@@ -184,6 +184,7 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     skipped.update(race.failed)
     if not race.rounds:
         raise RuntimeError(no_candidate_left(key, skipped, ranked))
+
     def preference(n):
         return not registry[n].deterministic, workspace.get(n, 0), entry.errors.get(n, 0.0), n
 

@@ -14,7 +14,7 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
 4. bursty: a tuning beside neighbours that come and go on every core; they stop, and the layer is called for
    ``--after`` seconds, as in 3 (a choice marked provisional there is raced again once the machine is quiet);
 5. the judge, quietly, twice: every algorithm that supports the pass, timed as a step pays for a call
-   (``regret_layers.judge``: blocks of back-to-back calls with the pool awake, ``--rounds`` interleaved
+   (``regret_layers.judge_layers``: blocks of back-to-back calls with the pool awake, ``--rounds`` interleaved
    rounds, 15 by default (7 until 2026-12-05 evening: two passes of 7 disagreed by up to 33% on the 1x1
    stride-2 pair), medians; quietly each round goes over every layer before the next, ``judge_layers``, so a
    layer's rounds span the pass rather than one of the machine's slow phases; under the steady neighbour the same,
@@ -27,7 +27,8 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
    one of a few levels (none of its slices, one, two), and there the judge takes the mean of the blocks, not the
    median, and dismisses an algorithm only at ``STEADY_SLOW`` times the best after three blocks. Medians of 21
    rounds back to back, dismissing after one block, disagreed with themselves by up to 520% (2026-12-05 21:45);
-   means of 21 rounds back to back, by up to 38% (23:40). This machine
+   means of 21 rounds back to back, by up to 38% (23:40); means spread over the layers, by 4-79% in eleven
+   processes of twelve and 356% in one (23:53-00:28). This machine
    (a 2-core VM) changes speed, quiet as it is, and slows algorithms unequally: the host moves its vCPUs
    (``regret_placement.fork_join_seconds``, ``bench.speed_states``, ``cpu-speed-states.md``: on the 1x1
    stride-2 layer, ``direct`` over ``direct_channels`` 0.97 in the median moment with the vCPUs near, 1.30 far,

@@ -85,12 +85,11 @@ class Judge:
     blocks of back-to-back calls (about ``block_seconds`` each, the first call of a block untimed, the pool woken
     before it), one block of each algorithm per round in a seeded shuffled order; ``times()`` the ``statistic``
     of its blocks: quietly the median (a block a background task slowed is not the algorithm's), beside a
-    neighbour that stays the mean (a block holds none of its time slices, one or two, so its cost per call is
-    one of a few levels, and a median of them jumps between levels: ``autotune/race/blocks.py``). Under a neighbour a block's time holds the waits as a step meets them: its mean cost there. An
-    algorithm whose first ``TRIAL`` blocks' statistic is over ``slow`` times the best is timed in those blocks
-    only (it cannot be the best; its figure is still its cost, for a tuner that chose it). Before
-    each round the pool's
-    fork/join latency is read (``placements``, us: where the host had put the vCPUs, ``regret_placement.py``),
+    neighbour that stays the mean (a block holds the waits as a step meets them, none of the neighbour's time
+    slices, one or two, so its cost per call is one of a few levels, and a median of them jumps between levels:
+    ``autotune/race/blocks.py``). An algorithm whose first ``TRIAL`` blocks' statistic is over ``slow`` times the
+    best is timed in those blocks only (it cannot be the best; its figure is still its cost, for a tuner that
+    chose it). Before each round the pool's fork/join latency is read (``placements``, us: where the host had put the vCPUs, ``regret_placement.py``),
     so a choice can be judged on the rounds taken in the placement it was raced in (``regret_report``)."""
 
     def __init__(self, layer: Layer, block_seconds: float = 0.01, statistic=median, slow: float = SLOW):
@@ -128,7 +127,8 @@ class Judge:
         return {"placements": self.placements, "samples": self.samples}
 
 
-def judge_layers(layers: list, rounds: int, block_seconds: float = 0.01, statistic=median, slow: float = SLOW) -> list:
+def judge_layers(layers: list, rounds: int, block_seconds: float = 0.01, statistic=median,
+                 slow: float = SLOW) -> list:
     """Every layer's ``Judge``, its rounds spread over the whole pass: round r of every layer, then round r + 1.
     This machine has slow phases of a few seconds that slow every algorithm 1.6-1.9x and at times one more than
     another (``cpu-speed-states.md``); one layer's rounds back to back (~0.5 s) can sit inside one, and the judge

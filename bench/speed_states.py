@@ -7,7 +7,7 @@ The regret bench (``bench.regret``) judges each choice against a race of every a
 is fair only if the machine runs each algorithm at one speed from one moment to the next, or slows them all
 alike. This bench asks: in one fresh process per import order (``bench.orders``: numpy, torch or convalgos
 first), one after the other, on a quiet machine (no other process: probed before and after), every
-``--every`` seconds it times both algorithms by the judge's rule (``regret_layers.judge``'s blocks: the pool
+``--every`` seconds it times both algorithms by the judge's rule (``regret_layers.block``: the pool
 woken, one call untimed, a block of back-to-back calls; the median of three blocks each), by the race's rule
 (``autotune.race.clock.Sampler``: the pool woken, one call of its own untimed, one call timed, the contention
 readings around it; the median of five samples each, interleaved) and the pool's fork/join latency

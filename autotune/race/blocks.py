@@ -25,6 +25,7 @@ again once the machine is quiet (``provisional.py``).
 from __future__ import annotations
 
 import math
+from statistics import fmean, stdev
 
 CANDIDATES = 3
 MIN_BLOCKS = 4
@@ -33,12 +34,9 @@ MAX_BLOCKS = 12
 
 def mean_and_error(costs: list) -> tuple[float, float]:
     """(the mean, its standard error); the error is infinite below two costs."""
-    n = len(costs)
-    mean = sum(costs) / n
-    if n < 2:
-        return mean, math.inf
-    variance = sum((c - mean) ** 2 for c in costs) / (n - 1)
-    return mean, math.sqrt(variance / n)
+    if len(costs) < 2:
+        return fmean(costs), math.inf
+    return fmean(costs), stdev(costs) / math.sqrt(len(costs))
 
 
 def still_in(costs: dict) -> list:
@@ -75,13 +73,11 @@ def race_blocks(race, seconds: float) -> dict:
             racing = [n for n in still_in(costs) if n in racing]
         if len(racing) <= 1:
             break
-    race.block_costs = {n: mean_and_error(c)[0] if c else race.mean_cost(n) for n, c in costs.items()}
-    race.block_evidence = {n: [len(c), _finite(mean_and_error(c)[1]) if c else None] for n, c in costs.items()}
+    stats = {n: mean_and_error(c) for n, c in costs.items() if c}
+    race.block_costs = {n: stats[n][0] if n in stats else race.mean_cost(n) for n in costs}
+    race.block_evidence = {n: [len(c), stats[n][1] if n in stats and math.isfinite(stats[n][1]) else None]
+                           for n, c in costs.items()}
     return race.block_costs
-
-
-def _finite(error: float) -> float | None:
-    return None if math.isinf(error) else error
 
 
 def describe(evidence: dict, times: dict) -> str:

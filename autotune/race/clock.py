@@ -29,7 +29,7 @@ So a sample is:
    waited at all, ``Sample.neighbours_after``, the other processes' runnable tasks as it ended (this process's
    workers may still spin then, so the count takes its slow path, ~20 us: read only where it explains a wait).
 
-``bench.regret`` judges the tuner's choices by the same rule (``bench/regret_layers.judge``: the pool woken,
+``bench.regret`` judges the tuner's choices by the same rule (``bench/regret_layers.Judge``: the pool woken,
 one call untimed, then the timed calls, a block of them), so the judge and the race agree on what "fastest"
 means: a short sample is that block with one timed call.
 """
