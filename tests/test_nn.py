@@ -358,6 +358,21 @@ def test_relu_and_eval_batchnorm_kernels_equal_the_numpy_formulas(dtype):
 
 
 @pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_residual_gradient_sum_gives_numpys_bits(dtype):
+    """A residual block's two gradients summed (the Numba kernel for float32/float64, NumPy otherwise) are
+    NumPy's a + b bit for bit, NaN, strided and broadcast operands included, and neither operand is changed."""
+    from autotune.nn.container import gradient_sum
+    rng = np.random.default_rng(5)
+    a, b = (rng.standard_normal((3, 4, 5, 6)).astype(dtype) for _ in range(2))
+    a[0, 0, 0, 0], b[1, 1, 1, 1] = np.nan, np.inf
+    for x, y in ((a, b), (a[:, :, ::2], b[:, :, ::2]), (a, b[:1])):
+        before = x.copy(), y.copy()
+        np.testing.assert_array_equal(gradient_sum(x, y), x + y)
+        np.testing.assert_array_equal(x, before[0])
+        np.testing.assert_array_equal(y, before[1])
+
+
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
 @pytest.mark.parametrize("train", [True, False])
 def test_batchnorm_with_what_follows_fused_gives_the_bits_of_the_layers_apart(dtype, train):
     """A BatchNorm with a ReLU fused, and ResNet's bn2 with the shortcut's sum and a ReLU (``container.py``),

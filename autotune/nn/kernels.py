@@ -2,6 +2,11 @@
 
 - ``relu``, ``relu_grad``: y = max(x, 0) on both cores; dx = dy where y > 0, else 0, in one pass (NumPy's
   ``np.where`` was ~10x slower here).
+- ``add``: the two branches' gradients summed at a residual block's input, on both cores, each thread on the
+  images it computed before and will compute next. NumPy's ``a + b`` ran on one thread, so the next block's
+  ReLU gradient read half its input from the other core's cache. Measured (2026-12-06, AMD EPYC, ResNet-20
+  b32 training step, paired in one process): 0.98x the step's time with the vCPUs near each other, 0.92x
+  with them far apart (68.1 -> 61.9 ms).
 - ``scale_shift``: eval-mode BatchNorm, y = x * scale[c] + shift[c] in one pass (NumPy: two and a temporary).
 - ``max_pool``: each output is the max over its window, and the flat index (h*W + w) of that max within its
   input plane; taps outside the input are skipped (torch's -inf padding). As torch's CPU kernel: the search
@@ -38,6 +43,13 @@ def relu_grad(y, dy, dx):
     """Flat arrays: dx[i] = dy[i] if y[i] > 0 else 0."""
     for i in prange(y.size):
         dx[i] = dy[i] if y[i] > 0 else 0
+
+
+@njit(parallel=True, cache=True)
+def add(a, b, out):
+    """Flat arrays: out[i] = a[i] + b[i] on both cores; split as the flat index runs, image-major."""
+    for i in prange(a.size):
+        out[i] = a[i] + b[i]
 
 
 @njit(parallel=True, cache=True)
