@@ -39,6 +39,7 @@ from convalgos import ALGORITHMS, PASSES
 
 from . import orders
 from .common import RESULTS, write_record
+from .regret_placement import placement_us
 from .torch_twin import torch_twin
 from .train_report import ABANDON, report, summarize
 
@@ -199,6 +200,22 @@ def alone(tuner, net, calls, ran, rounds) -> dict:
     return results
 
 
+def placed_rounds(calls: dict, rounds: int, timer, min_seconds: float) -> tuple[dict, list]:
+    """``measure.interleaved`` without warm-up, and before each round the pool's fork/join latency (us): where the
+    host had put the VM's two vCPUs (``regret_placement.py``). Measured (2026-12-06, AMD EPYC, ResNet-20 b32),
+    our step takes ~50 ms with them near each other and ~65 far apart, torch's ~13% more far apart: a process's
+    ratio to torch follows the placement it happened to run in, whatever was imported first."""
+    samples, placements, start = {name: [] for name in calls}, [placement_us()], timer.now()
+
+    def more(names, done):
+        if done < rounds or timer.now() - start < min_seconds:
+            placements.append(placement_us())
+            return names
+        return []
+    measure.rotate(list(calls), lambda name: samples[name].append(timer.time(calls[name])), more)
+    return samples, placements
+
+
 def measure_model(model_name, batch, rounds, min_seconds) -> dict:
     """Everything the record says about one model at one batch size."""
     base = models.get_model(model_name)
@@ -227,7 +244,7 @@ def measure_model(model_name, batch, rounds, min_seconds) -> dict:
     for name in set(steps) - abandoned:
         logs[name].clear()
     kept = {n: s for n, s in steps.items() if n not in abandoned}
-    samples = measure.interleaved(kept, rounds, timer=timer, warmup=0, min_seconds=min_seconds)
+    samples, placements = placed_rounds(kept, rounds, timer, min_seconds)
     calls = profile.conv_calls(base, x.shape)
     ran = set(logs["autotuned"])
     torch_alone = alone(tuner, base, calls, ran, max(3, rounds)) if "torch" in steps else {}
@@ -240,7 +257,7 @@ def measure_model(model_name, batch, rounds, min_seconds) -> dict:
     return {"times": {n: samples.get(n, [warm[n]]) for n in steps}, "abandoned": sorted(abandoned),
             "parts": parts, "losses": losses, "cold": cold, "unsupported": unsupported,
             "calls": {name: str(p) for name, p in calls}, "alone": torch_alone,
-            "chosen": chosen}
+            "chosen": chosen, "placements": placements}
 
 
 def main(argv=None):

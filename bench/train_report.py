@@ -12,6 +12,7 @@ from convalgos import PASSES
 
 from . import orders
 from .common import header
+from .regret_placement import NEAR
 
 #: the issues' targets: step / torch's step per model (#9: 1.5 for both; #12, speed: 1.0 for ResNet-20),
 #: autotuned speedup over the best single algorithm (ResNet-20), cold tuning seconds of all three passes.
@@ -40,7 +41,7 @@ def summarize(m: dict) -> dict:
     paired = (np.array(auto) / np.array(theirs) if theirs and "torch" not in abandoned and len(auto) == len(theirs)
               else np.array([]))
     return {"times": {n: med(s) for n, s in times.items()}, "steps": {n: len(s) for n, s in times.items()},
-            "abandoned": abandoned, "round_ratios": paired, "losses": {n: v[0] for n, v in m["losses"].items()},
+            "abandoned": abandoned, "round_ratios": paired, "placements": np.array(m.get("placements", [])), "losses": {n: v[0] for n, v in m["losses"].items()},
             "parts": {n: {(layer, op): med(s) for layer, per in log.items() for op, s in per.items()}
                       for n, log in m["parts"].items()},
             "cold": {"wall": med(m["cold"]["wall"]), "late_compile": med(m["cold"]["late_compile"]),
@@ -154,6 +155,7 @@ def layer_rows(r) -> list:
 def order_rows(label, per_order) -> list:
     """The step per import order: autotuned against forced direct, the best single algorithm and torch."""
     rows = []
+    lowest = min((r["placements"].min() for r in per_order.values() if len(r["placements"])), default=0.0)
     for order, r in per_order.items():
         t = r["times"]
         singles = {n: v for n, v in t.items() if n not in ("autotuned", "torch")}
@@ -166,9 +168,22 @@ def order_rows(label, per_order) -> list:
                  f"{t['autotuned'] / singles[best]:.2f}" if best else "-",
                  f"{t['autotuned'] / t['torch']:.2f}" if "torch" in t else "-",
                  f"{np.percentile(paired, 25):.2f}-{np.percentile(paired, 75):.2f}" if len(paired) >= 4 else "-",
+                 by_placement(r, lowest),
                  f"{t['autotuned'] / base['times']['autotuned']:.2f}" if base else "-"]
         rows.append(f"| {label} | {order} | " + " | ".join(cells) + " |")
     return rows
+
+
+def by_placement(r: dict, lowest: float) -> str:
+    """The round-by-round ratio to torch's step, its median over the rounds with the vCPUs near each other and over
+    those with them far apart (the fork/join latency before the round within ``NEAR`` times ``lowest``, the run's
+    lowest, or not: ``regret_placement.py``), with the rounds' counts."""
+    paired, where = r["round_ratios"], r["placements"]
+    if not len(paired) or len(where) != len(paired):
+        return "-"
+    near = where <= NEAR * lowest
+    return " / ".join(f"{np.median(paired[side]):.2f} ({side.sum()})" if side.any() else "- (0)"
+                      for side in (near, ~near))
 
 
 def report(results, args, rounds, min_seconds) -> str:
@@ -180,10 +195,14 @@ def report(results, args, rounds, min_seconds) -> str:
              f"with {numba.get_num_threads()} threads. One training step = forward, CrossEntropyLoss, backward, "
              f"SGD(lr=0.1, momentum=0.9, weight_decay=5e-4), on one fixed batch with the weights reset (untimed) "
              "before each step. Step: median ms over the pooled rounds. First import: the module the processes "
-             "imported first (a user's program starts with numpy, or torch, which imports numpy).\n",
+             "imported first (a user's program starts with numpy, or torch, which imports numpy). Near / far: the "
+             "round-by-round ratio's median over the rounds taken with the host's two vCPUs near each other or far "
+             f"apart (the pool's fork/join latency before the round within {NEAR:g}x the model's lowest reading, "
+             "or not: `bench/regret_placement.py`); a process runs in one or the other by chance, whatever it "
+             "imported first.\n",
              "| model | first import | autotuned | forced direct | best single | torch | autotuned / direct | "
-             "autotuned / best single | autotuned / torch | its quartiles round by round | autotuned / "
-             "convalgos first |", "|---" * 11 + "|"]
+             "autotuned / best single | autotuned / torch | its quartiles round by round | the same, vCPUs near / far "
+             "(rounds) | autotuned / convalgos first |", "|---" * 12 + "|"]
     for label, (_, per_order) in results.items():
         lines += order_rows(label, per_order)
     for order in first:
