@@ -35,6 +35,11 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
    and 0.82-1.13 within one placement), so each choice is also judged on the rounds in its race's placement
    (``regret_placement.py``); a choice right in one moment can still read as a regret in the next.
 
+Right after each warm tuning, and right after each second of calls once a neighbour has gone, a short judge of
+the layer alone (``regret_layers.moment``: ``MOMENT_ROUNDS`` rounds of blocks) times every algorithm in the
+same moment as the choice: against it, a regret is the race's own error, not the machine's drift between the
+choice and the quiet judge a minute later.
+
 The tuning cost is a tuning's seconds over the quiet judge's time of the algorithm it chose (JIT excluded).
 Before each phase the machine's contention is probed from outside (``machine_wait_share``), so the record
 says how quiet "quiet" was.
@@ -60,7 +65,7 @@ def child(args) -> dict:
     import autotune
     from autotune.race.contention import machine_wait_share
     from bench.neighbours import neighbour
-    from bench.regret_layers import LAYERS, STEADY_SLOW, Layer, judge_layers
+    from bench.regret_layers import LAYERS, STEADY_SLOW, Layer, judge_layers, moment
     from bench.regret_placement import placement_us
 
     layers = [Layer(*spec) for spec in LAYERS[:args.layers]]
@@ -77,9 +82,13 @@ def child(args) -> dict:
                    "jit": sum(entry.jit.values()), "provisional": bool(entry.provisional),
                    "verdict": entry.verdict.get("outcome", ""), "times": entry.times, "placement_us": placement}
 
-    for phase in ("first", "warm"):
-        out["quiet"][phase] = machine_wait_share(0.2)
-        out[phase] = [tune(l)[1] for l in layers]
+    out["quiet"]["first"] = machine_wait_share(0.2)
+    out["first"] = [tune(l)[1] for l in layers]
+    out["quiet"]["warm"] = machine_wait_share(0.2)
+    out["warm"], out["judge_moment_warm"] = [], []
+    for layer in layers:
+        out["warm"].append(tune(layer)[1])
+        out["judge_moment_warm"].append(moment(layer))
     out["quiet"]["judge 1"] = machine_wait_share(0.2)
     judges = judge_layers(layers, args.rounds)
     out["judge_quiet_1"], out["judge_quiet_rounds_1"] = [j.times() for j in judges], [j.record() for j in judges]
@@ -98,14 +107,16 @@ def child(args) -> dict:
             layer.call(t)
         (entry,) = t.dispatch_table()
         return {"algo": entry.algo, "reraced": entry.reraced, "provisional": bool(entry.provisional),
-                "placement_us": placement_us()}
+                "placement_us": placement_us(), "moment": moment(layer)}
 
     out["quiet"]["after"] = machine_wait_share(0.2)
     out["after"] = [called_for(layer, t) for layer, t in zip(layers, tuners)]
+    out["judge_moment_after"] = [e.pop("moment") for e in out["after"]]
     with neighbour("bursty"):
         tuned = [tune(l) for l in layers]
     out["bursty"] = [entry for _, entry in tuned]
     out["after_bursty"] = [called_for(layer, t) for layer, (t, _) in zip(layers, tuned)]
+    out["judge_moment_after_bursty"] = [e.pop("moment") for e in out["after_bursty"]]
     out["quiet"]["judge 2"] = machine_wait_share(0.2)
     judges = judge_layers(layers, args.rounds)
     out["judge_quiet_2"], out["judge_quiet_rounds_2"] = [j.times() for j in judges], [j.record() for j in judges]

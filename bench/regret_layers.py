@@ -31,6 +31,8 @@ TRIAL = 3
 #: beside a neighbour that stays, the same on the mean of those blocks: wider, as the mean of three blocks still
 #: holds one level or another (0.14 to 1.25 ms on one layer)
 STEADY_SLOW = 5.0
+#: rounds of the judge taken right after a choice, on its layer alone (``moment``)
+MOMENT_ROUNDS = 5
 
 LAYERS = (
     ("ResNet-20 stage 3, C64 8px b32", "forward", (32, 64, 8, 8), (64, 64, 3, 3), dict(padding=1)),
@@ -142,3 +144,11 @@ def judge_layers(layers: list, rounds: int, block_seconds: float = 0.01, statist
         for one in judges:
             one.round()
     return judges
+
+
+def moment(layer: Layer) -> dict:
+    """name -> seconds per call of every algorithm on ``layer``, judged now, on this layer alone
+    (``MOMENT_ROUNDS`` rounds, ~0.2-0.5 s): the machine as the choice just made met it. This VM's speed and its
+    vCPUs' placement drift over seconds to minutes (``judge_layers``), so a choice judged a minute later can
+    read as a regret though it was the fastest of its moment; judged now, what is left is the race's error."""
+    return judge_layers([layer], MOMENT_ROUNDS)[0].times()

@@ -17,6 +17,13 @@ ROWS = (("quiet, first tunings in a process", "first", "judge_quiet"),
         ("the same, once it has gone, after a second of calls (against the quiet race)", "after_bursty",
          "judge_quiet"))
 
+#: (row, phase, judge): the same choices against a judge of their layer taken right after them
+MOMENT_ROWS = (("quiet, second tunings (warm), against a race right after each", "warm", "judge_moment_warm"),
+               ("once the steady neighbour has gone, after a second of calls, against a race right after",
+                "after", "judge_moment_after"),
+               ("once the neighbour that comes and goes has gone, the same", "after_bursty",
+                "judge_moment_after_bursty"))
+
 
 def regrets(run: dict, phase: str, against: str) -> list:
     """Each layer's regret: the judge's median of the phase's choice over the judge's best, less one."""
@@ -89,6 +96,10 @@ def render(runs: dict, load: float, args) -> str:
                 and all(has_placements(runs[o]) for o in orders):
             lines.append(f"| {row.split(' (')[0]}, judged in its race's vCPU placement | "
                          + " | ".join(_in_place(runs[o], phase) for o in orders) + f" | {target} |")
+    for row, phase, against in MOMENT_ROWS:
+        if all(against in runs[o] for o in orders):
+            lines.append(f"| {row} | " + " | ".join(f"{_pct(regrets(runs[o], phase, against))} (median / worst)"
+                                                   for o in orders) + " | (the race's own error) |")
     for judge, where in (("judge_quiet", "quiet"), ("judge_steady", "steady neighbour's")):
         if all(judge + "_2" in runs[o] for o in orders):
             floor = [f"{_pct(judge_against_itself(runs[o], judge))} (median / worst)" for o in orders]
@@ -122,24 +133,31 @@ def render(runs: dict, load: float, args) -> str:
             def cell(phase, against="judge_quiet"):
                 e = run[phase][i]
                 mark = " P" if phase == "bursty" and e["provisional"] else ""
-                return f"{e['algo']}{mark} {r[phase + against][i]:+.0%}"
+                return f"{e['algo']}{mark} {r[phase + against][i]:+.0%}" + now(phase)
+
+            def now(phase):
+                """The regret against the race right after the choice, where the run has one."""
+                judged = run.get(f"judge_moment_{phase}")
+                return f" (now {regrets(run, phase, f'judge_moment_{phase}')[i]:+.0%})" if judged else ""
 
             def bursty_cell():
                 if "after_bursty" not in run:
                     return cell("bursty")
                 after = run["after_bursty"][i]
                 return (cell("bursty") + (f" -> {after['algo']} {r['after_burstyjudge_quiet'][i]:+.0%} (re-raced)"
-                                          if after["reraced"] else ""))
+                                          + now("after_bursty") if after["reraced"] else ""))
             steady = run["steady"][i]
             mark = " P" if steady["provisional"] else ""
             after = run["after"][i]
             lines.append(f"| {name} | {run['ops'][i]} | {cell('first')} | {cell('warm')} | {steady['algo']}{mark} "
                          f"{r['steadyjudge_steady'][i]:+.0%} / {r['steadyjudge_quiet'][i]:+.0%} | "
-                         f"{after['algo']} {r['afterjudge_quiet'][i]:+.0%}{' (re-raced)' if after['reraced'] else ''} "
+                         f"{after['algo']} {r['afterjudge_quiet'][i]:+.0%}{' (re-raced)' if after['reraced'] else ''}"
+                         f"{now('after')} "
                          f"| {bursty_cell()} | {best} {run['judge_quiet'][i][best] * 1e3:.3f} ms | "
                          f"{floor[i]:+.0%} | {cw[i]:.0f}x / {cf[i]:.0f}x |"
                          + (f" {_places(run, i)} |" if placed else ""))
         lines.append("")
         lines.append("P: marked provisional (chosen while another process shared the cores); bursty: the choice "
-                     "beside the neighbours, and where it was re-raced once they had gone, the choice then.")
+                     "beside the neighbours, and where it was re-raced once they had gone, the choice then; now: "
+                     "the regret against a race of the layer alone right after the choice (`regret_layers.moment`).")
     return "\n".join(lines) + "\n"

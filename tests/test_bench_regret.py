@@ -113,3 +113,21 @@ def test_a_choice_is_also_judged_on_the_rounds_in_the_vcpu_placement_it_raced_in
     text = render({"numpy": run}, 0.5, argparse.Namespace(layers=2, rounds=3, steady_rounds=9, after=1.0))
     assert "| quiet, first tunings in a process, judged in its race's vCPU placement | 0% / 0% (2 of 2 layers)" in text
     assert "FNNN (12 / 12)" in text                            # layer two: first far, then near; rounds both passes
+
+
+def test_a_choice_is_also_judged_against_a_race_right_after_it():
+    """Layer two's warm "b" is 100% slower in the quiet judge a minute later, but the fastest in the race of its
+    layer taken right after it: the row says 0%, and the layer's cell shows both. A record without those races
+    has neither."""
+    run = synthetic_run()
+    args = argparse.Namespace(layers=2, rounds=3, steady_rounds=9, after=1.0)
+    assert "against a race right after" not in render({"numpy": run}, 0.5, args)
+    run["judge_quiet"] = [{"a": 1.0e-3, "b": 1.5e-3}, {"a": 1.0e-3, "b": 2.0e-3}]
+    run["judge_moment_warm"] = [{"a": 1.0e-3, "b": 1.4e-3}, {"a": 2.1e-3, "b": 2.0e-3}]
+    run["judge_moment_after"] = [{"a": 1.0e-3, "b": 1.1e-3}, {"a": 1.0e-3, "b": 1.25e-3}]
+    assert regrets(run, "warm", "judge_moment_warm") == [0.0, 0.0]
+    text = render({"numpy": run}, 0.5, args)
+    assert "| quiet, second tunings (warm), against a race right after each | 0% / 0% (median / worst)" in text
+    assert ("| once the steady neighbour has gone, after a second of calls, against a race right after | 12% / 25% "
+            "(median / worst)") in text
+    assert "| b +100% (now +0%) |" in text
