@@ -37,8 +37,8 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
 
 Right after each warm tuning, and right after each second of calls once a neighbour has gone, a short judge of
 the layer alone (``regret_layers.moment``: ``MOMENT_ROUNDS`` rounds of blocks) times every algorithm in the
-same moment as the choice: against it, a regret is the race's own error, not the machine's drift between the
-choice and the quiet judge a minute later.
+same moment as the choice: against it, a regret is mostly the race's own error, not the machine's drift between
+the choice and the quiet judge a minute later (in the second after a neighbour has left, the moment itself moves).
 
 The tuning cost is a tuning's seconds over the quiet judge's time of the algorithm it chose (JIT excluded).
 Before each phase the machine's contention is probed from outside (``machine_wait_share``), so the record

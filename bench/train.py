@@ -22,7 +22,9 @@ the weights are reset, untimed, so every step does the same arithmetic (repeated
 otherwise kill LeNet's ReLUs within a hundred steps). A mode whose step takes over ``ABANDON`` times the
 autotuned step is timed once and left out of the rounds. Each conv pass is clocked inside the step; the rest of
 the step (BatchNorm, ReLU, pooling, the classifier, the loss, the update) is the step less its conv passes.
-Per layer, the autotuned choice and torch are also timed alone, pass by pass, interleaved.
+Per layer, the autotuned choice and torch are also timed alone, pass by pass, interleaved. Before each round the
+pool's fork/join latency is read (``placed_rounds``), and the record gives the ratio to torch's step in the
+rounds with the host's vCPUs near each other and far apart.
 """
 from __future__ import annotations
 
