@@ -35,9 +35,10 @@ each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
    and 0.82-1.13 within one placement), so each choice is also judged on the rounds in its race's placement
    (``regret_placement.py``); a choice right in one moment can still read as a regret in the next.
 
-Right after each warm tuning, and right after each second of calls once a neighbour has gone, a short judge of
-the layer alone (``regret_layers.moment``: ``MOMENT_ROUNDS`` rounds of blocks) times every algorithm in the
-same moment as the choice: against it, a regret is mostly the race's own error, not the machine's drift between
+Right after each warm tuning, each tuning beside the steady neighbour (under it, on the mean of
+``STEADY_MOMENT_ROUNDS`` blocks), and each second of calls once a neighbour has gone, a short judge of the layer
+alone (``regret_layers.moment``: ``MOMENT_ROUNDS`` rounds of blocks) times every algorithm in the same moment as
+the choice: against it, a regret is mostly the race's own error, not the machine's drift between
 the choice and the quiet judge a minute later (in the second after a neighbour has left, the moment itself moves).
 
 The tuning cost is a tuning's seconds over the quiet judge's time of the algorithm it chose (JIT excluded).
@@ -65,7 +66,7 @@ def child(args) -> dict:
     import autotune
     from autotune.race.contention import machine_wait_share
     from bench.neighbours import neighbour
-    from bench.regret_layers import LAYERS, STEADY_SLOW, Layer, judge_layers, moment
+    from bench.regret_layers import LAYERS, STEADY_MOMENT_ROUNDS, STEADY_SLOW, Layer, judge_layers, moment
     from bench.regret_placement import placement_us
 
     layers = [Layer(*spec) for spec in LAYERS[:args.layers]]
@@ -93,7 +94,10 @@ def child(args) -> dict:
     judges = judge_layers(layers, args.rounds)
     out["judge_quiet_1"], out["judge_quiet_rounds_1"] = [j.times() for j in judges], [j.record() for j in judges]
     with neighbour("steady"):
-        tuned = [tune(layer) for layer in layers]
+        tuned, out["judge_moment_steady"] = [], []
+        for layer in layers:
+            tuned.append(tune(layer))
+            out["judge_moment_steady"].append(moment(layer, STEADY_MOMENT_ROUNDS, statistic=fmean, slow=STEADY_SLOW))
         for k in (1, 2):
             judges = judge_layers(layers, args.steady_rounds, statistic=fmean, slow=STEADY_SLOW)
             out[f"judge_steady_{k}"] = [j.times() for j in judges]

@@ -33,6 +33,9 @@ TRIAL = 3
 STEADY_SLOW = 5.0
 #: rounds of the judge taken right after a choice, on its layer alone (``moment``)
 MOMENT_ROUNDS = 5
+#: the same beside a neighbour that stays, judged on the blocks' mean: more, as a block there holds none of the
+#: neighbour's time slices, one or two
+STEADY_MOMENT_ROUNDS = 9
 
 LAYERS = (
     ("ResNet-20 stage 3, C64 8px b32", "forward", (32, 64, 8, 8), (64, 64, 3, 3), dict(padding=1)),
@@ -146,11 +149,12 @@ def judge_layers(layers: list, rounds: int, block_seconds: float = 0.01, statist
     return judges
 
 
-def moment(layer: Layer) -> dict:
+def moment(layer: Layer, rounds: int = MOMENT_ROUNDS, statistic=median, slow: float = SLOW) -> dict:
     """name -> seconds per call of every algorithm on ``layer``, judged now, on this layer alone
-    (``MOMENT_ROUNDS`` rounds, ~0.2-0.5 s): the machine as the choice just made met it. This VM's speed and its
+    (``rounds`` rounds, ~0.2-0.5 s; ``statistic`` and ``slow`` as ``Judge``'s): the machine as the choice just
+    made met it. This VM's speed and its
     vCPUs' placement drift over seconds to minutes (``judge_layers``), so a choice judged a minute later can
     read as a regret though it was the fastest of its moment; judged now, what is left is mostly the race's own
     error (less where the moment itself is changing: measured 2026-12-06, in the second after a neighbour left,
     a layer's two fastest swapped by 1.5x between a re-race and this judge 0.8 s later)."""
-    return judge_layers([layer], MOMENT_ROUNDS)[0].times()
+    return judge_layers([layer], rounds, statistic=statistic, slow=slow)[0].times()

@@ -19,6 +19,8 @@ ROWS = (("quiet, first tunings in a process", "first", "judge_quiet"),
 
 #: (row, phase, judge): the same choices against a judge of their layer taken right after them
 MOMENT_ROWS = (("quiet, second tunings (warm), against a race right after each", "warm", "judge_moment_warm"),
+               ("beside the steady neighbour, against a race under it right after each", "steady",
+                "judge_moment_steady"),
                ("once the steady neighbour has gone, after a second of calls, against a race right after",
                 "after", "judge_moment_after"),
                ("once the neighbour that comes and goes has gone, the same", "after_bursty",
@@ -150,7 +152,7 @@ def render(runs: dict, load: float, args) -> str:
             mark = " P" if steady["provisional"] else ""
             after = run["after"][i]
             lines.append(f"| {name} | {run['ops'][i]} | {cell('first')} | {cell('warm')} | {steady['algo']}{mark} "
-                         f"{r['steadyjudge_steady'][i]:+.0%} / {r['steadyjudge_quiet'][i]:+.0%} | "
+                         f"{r['steadyjudge_steady'][i]:+.0%} / {r['steadyjudge_quiet'][i]:+.0%}{now('steady')} | "
                          f"{after['algo']} {r['afterjudge_quiet'][i]:+.0%}{' (re-raced)' if after['reraced'] else ''}"
                          f"{now('after')} "
                          f"| {bursty_cell()} | {best} {run['judge_quiet'][i][best] * 1e3:.3f} ms | "

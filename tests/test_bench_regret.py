@@ -131,3 +131,7 @@ def test_a_choice_is_also_judged_against_a_race_right_after_it():
     assert ("| once the steady neighbour has gone, after a second of calls, against a race right after | 12% / 25% "
             "(median / worst)") in text
     assert "| b +100% (now +0%) |" in text
+    run["judge_moment_steady"] = [{"a": 3.0e-3, "b": 2.0e-3}, {"a": 2.0e-3, "b": 3.0e-3}]
+    text = render({"numpy": run}, 0.5, args)
+    assert "| beside the steady neighbour, against a race under it right after each | 25% / 50% (median / " in text
+    assert "| b P +0% / +100% (now +50%) |" in text
