@@ -240,13 +240,24 @@ def test_a_short_calls_checked_call_screens_but_does_not_settle_it():
     entry = tuned(clock, algos, pair_below=4e-3)
     assert entry.runs["near"] >= 3 and entry.times["near"] == pytest.approx(1.05e-3)
     assert entry.verdict["ratio"] == pytest.approx(1.05)
-    # where its checked call took page faults it was a warm-up: then one race sample (an untimed call, the timed)
+    # where its checked call took page faults it was a warm-up, no evidence: two race samples settle it
     algos = fakes(clock, best=1e-3, near=1.05e-3, far=([2e-3, 1.8e-3], {"faults": [100, 0]}))
     entry = tuned(clock, algos, pair_below=4e-3)
-    assert entry.runs["far"] == 1 and algos["far"].calls == 3
+    assert entry.runs["far"] == 2
     # fast's checked call and its first race sample came slow (1.3 ms: the first after the checks), its later
     # ones 1.0 against other's 1.1: 1.3 is within what one disturbed run adds, not settled on the two; it races
     # on and is chosen
     algos = fakes(clock, other=1.1e-3, fast=[1.3e-3] * 3 + [1.0e-3] * 80)
     entry = tuned(clock, algos, pair_below=4e-3)
     assert entry.algo == "fast" and entry.runs["fast"] >= 3
+
+
+def test_a_warm_up_that_took_page_faults_does_not_settle_a_candidate():
+    """ResNet-18's C256 layer in a first tuning (measured 2026-12-06): the fused Winograd's checked call touched
+    its workspace (2.3 ms, page faults), its first race run came slow (1.6 ms), later ones 1.2 ms against direct's
+    1.32. Its warm-up and one run used to settle it behind direct; now it races on and is chosen."""
+    clock = FakeClock()
+    algos = fakes(clock, direct=1.32e-3, fused=([2.3e-3, 1.6e-3] + [1.2e-3] * 80, {"faults": [893, 0]}))
+    entry = tuned(clock, algos)
+    assert entry.algo == "fused" and entry.runs["fused"] >= 3
+    assert entry.times["fused"] == pytest.approx(1.2e-3)

@@ -29,6 +29,15 @@ Asking a second race run of every candidate within 2x (``screen_ratio``) cost 8x
 tuning (median of the 12 layers, 52x to 60x, measured interleaved); asking it only within 1.65x
 (``spike_ratio`` x ``settle_ratio``), where one disturbed run could hide a tie, costs less.
 
+Why a warm-up settles nothing: a checked call is a warm-up, not round 0, when it compiled or took page faults
+(its workspace's first touch), and the first calls after it in the process can still run slow. Measured
+(2026-12-06, AMD EPYC, ResNet-18's C256 14px layer, the first tuning in four fresh processes): in two,
+``winograd_fused_4x4``'s warm-up (2.3 and 7.6 ms, 893 page faults) and one or two race runs (1.6, 2.1 ms) settled
+it behind ``direct`` (1.32, 1.74 ms), though it ran 1.20 ms against ``direct``'s 1.32 in the warm tunings of the
+same processes: the regret bench's first tunings kept ``direct`` there at +7-12% in three processes of six.
+Settling takes two race runs, as for any candidate; abandoning at ``abandon_ratio`` may still count the
+warm-up among all of its runs.
+
 Why round 0 screens at 2x: its checked calls are all of one kind (a single call after another candidate's
 call and check), so their ratios are fairer than one such call against a median of race samples. Measured here
 (2026-12-05, AMD EPYC, the regret bench's 12 layers, 4 warm tunings each, 264 candidates with a round 0): every
@@ -68,9 +77,9 @@ def continues(race, name: str, leader: str, best: float, over: bool) -> bool:
     first = warm_up or ([runs[0]] if race.screening(name) else [])     # the run that is not a step run
     # evidence that it is slow, to abandon it at abandon_ratio: runs that waited count too (waiting only adds time)
     evidence = len(race.kept_steps(name)) + any(t <= s.spike_ratio * min(every) for t in first)
-    # evidence that it cannot tie, to settle it: its clean runs, warm-up and the floors of its runs that waited
-    # (``waited_floors``), a screening checked call only with one of them
-    calm = clean + [t for t in warm_up if t <= s.spike_ratio * min(every)] + waited_floors(race, name)
+    # evidence that it cannot tie, to settle it: its clean runs and the floors of its runs that waited
+    # (``waited_floors``), a screening checked call only with one of them; never a warm-up (module docstring)
+    calm = clean + waited_floors(race, name)
     screen = [runs[0]] if race.screening(name) and runs[0] <= s.spike_ratio * min(every) else []
     lowest = min(calm + screen, default=0.0)
     floor = max((f for f in map(race.floor, race.rounds[name].values()) if f is not None), default=0.0)
