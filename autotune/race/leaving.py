@@ -36,7 +36,9 @@ Why a warm-up settles nothing: a checked call is a warm-up, not round 0, when it
 it behind ``direct`` (1.32, 1.74 ms), though it ran 1.20 ms against ``direct``'s 1.32 in the warm tunings of the
 same processes: the regret bench's first tunings kept ``direct`` there at +7-12% in three processes of six.
 Settling takes two race runs, as for any candidate; abandoning at ``abandon_ratio`` may still count the
-warm-up among all of its runs.
+warm-up among all of its runs. Warm tunings cost the same (the 12 layers, 8 interleaved pairs of the two rules:
+218 against 220 ms). It did not end that miss: in the bench's next run the first tunings still kept ``direct``
+there (+4-10%), the fused Winograd's race runs in a first tuning taking 1.5-1.9 ms for five to nine rounds.
 
 Why round 0 screens at 2x: its checked calls are all of one kind (a single call after another candidate's
 call and check), so their ratios are fairer than one such call against a median of race samples. Measured here
