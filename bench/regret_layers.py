@@ -94,8 +94,9 @@ class Judge:
     slices, one or two, so its cost per call is one of a few levels, and a median of them jumps between levels:
     ``autotune/race/blocks.py``). An algorithm whose first ``TRIAL`` blocks' statistic is over ``slow`` times the
     best is timed in those blocks only (it cannot be the best; its figure is still its cost, for a tuner that
-    chose it). Before each round the pool's fork/join latency is read (``placements``, us: where the host had put the vCPUs, ``regret_placement.py``),
-    so a choice can be judged on the rounds taken in the placement it was raced in (``regret_report``)."""
+    chose it). Before each round the pool's fork/join latency is read (``placements``, us: where the host had put
+    the vCPUs, ``regret_placement.py``), so a choice can be judged on the rounds taken in the placement it was
+    raced in (``regret_report``)."""
 
     def __init__(self, layer: Layer, block_seconds: float = 0.01, statistic=median, slow: float = SLOW):
         out = np.empty(layer.p.result_shape(layer.op), np.float32)

@@ -41,7 +41,8 @@ def summarize(m: dict) -> dict:
     paired = (np.array(auto) / np.array(theirs) if theirs and "torch" not in abandoned and len(auto) == len(theirs)
               else np.array([]))
     return {"times": {n: med(s) for n, s in times.items()}, "steps": {n: len(s) for n, s in times.items()},
-            "abandoned": abandoned, "round_ratios": paired, "placements": np.array(m.get("placements", [])), "losses": {n: v[0] for n, v in m["losses"].items()},
+            "abandoned": abandoned, "round_ratios": paired, "placements": np.array(m.get("placements", [])),
+            "losses": {n: v[0] for n, v in m["losses"].items()},
             "parts": {n: {(layer, op): med(s) for layer, per in log.items() for op, s in per.items()}
                       for n, log in m["parts"].items()},
             "cold": {"wall": med(m["cold"]["wall"]), "late_compile": med(m["cold"]["late_compile"]),

@@ -32,9 +32,10 @@ tuning (median of the 12 layers, 52x to 60x, measured interleaved); asking it on
 Why a warm-up settles nothing: a checked call is a warm-up, not round 0, when it compiled or took page faults
 (its workspace's first touch), and the first calls after it in the process can still run slow. Measured
 (2026-12-06, AMD EPYC, ResNet-18's C256 14px layer, the first tuning in four fresh processes): in two,
-``winograd_fused_4x4``'s warm-up (2.3 and 7.6 ms, 893 page faults) and one or two race runs (1.6, 2.1 ms) settled
-it behind ``direct`` (1.32, 1.74 ms), though it ran 1.20 ms against ``direct``'s 1.32 in the warm tunings of the
-same processes: the regret bench's first tunings kept ``direct`` there at +7-12% in three processes of six.
+``winograd_fused_4x4``'s warm-up (2.3 and 7.6 ms; such a first call took 893 page faults, measured apart) and one
+or two race runs (1.6, 2.1 ms) settled it behind ``direct`` (1.32, 1.74 ms), though in one of them it ran 1.20 ms
+against ``direct``'s 1.32 in the warm tuning a second later: the regret bench's first tunings kept ``direct``
+there at +7-12% in three processes of six.
 Settling takes two race runs, as for any candidate; abandoning at ``abandon_ratio`` may still count the
 warm-up among all of its runs. Warm tunings cost the same (the 12 layers, 8 interleaved pairs of the two rules:
 218 against 220 ms). It did not end that miss: in the bench's next run the first tunings still kept ``direct``
