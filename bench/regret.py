@@ -97,30 +97,33 @@ def child(args) -> dict:
         tuned, out["judge_moment_steady"] = [], []
         for layer in layers:
             tuned.append(tune(layer))
-            out["judge_moment_steady"].append(moment(layer, STEADY_MOMENT_ROUNDS, statistic=fmean, slow=STEADY_SLOW))
+            out["judge_moment_steady"].append(moment(layer, STEADY_MOMENT_ROUNDS, fmean, STEADY_SLOW))
         for k in (1, 2):
             judges = judge_layers(layers, args.steady_rounds, statistic=fmean, slow=STEADY_SLOW)
             out[f"judge_steady_{k}"] = [j.times() for j in judges]
     tuners, out["steady"] = [t for t, _ in tuned], [entry for _, entry in tuned]
     out["judge_steady"] = [{n: (one[n] + two[n]) / 2 for n in one}
                            for one, two in zip(out["judge_steady_1"], out["judge_steady_2"])]
-    def called_for(layer, t) -> dict:
-        """The choice once ``layer`` has been called through ``t`` for ``--after`` seconds (re-raced or not)."""
-        end = time.perf_counter() + args.after
-        while time.perf_counter() < end:
-            layer.call(t)
-        (entry,) = t.dispatch_table()
-        return {"algo": entry.algo, "reraced": entry.reraced, "provisional": bool(entry.provisional),
-                "placement_us": placement_us(), "moment": moment(layer)}
+
+    def called_for(phase, tuners) -> None:
+        """Each layer's choice once it has been called through its tuner for ``--after`` seconds (re-raced or
+        not), and a race of the layer right after (``moment``)."""
+        out[phase], out[f"judge_moment_{phase}"] = [], []
+        for layer, t in zip(layers, tuners):
+            end = time.perf_counter() + args.after
+            while time.perf_counter() < end:
+                layer.call(t)
+            (entry,) = t.dispatch_table()
+            out[phase].append({"algo": entry.algo, "reraced": entry.reraced, "provisional": bool(entry.provisional),
+                               "placement_us": placement_us()})
+            out[f"judge_moment_{phase}"].append(moment(layer))
 
     out["quiet"]["after"] = machine_wait_share(0.2)
-    out["after"] = [called_for(layer, t) for layer, t in zip(layers, tuners)]
-    out["judge_moment_after"] = [e.pop("moment") for e in out["after"]]
+    called_for("after", tuners)
     with neighbour("bursty"):
         tuned = [tune(l) for l in layers]
     out["bursty"] = [entry for _, entry in tuned]
-    out["after_bursty"] = [called_for(layer, t) for layer, (t, _) in zip(layers, tuned)]
-    out["judge_moment_after_bursty"] = [e.pop("moment") for e in out["after_bursty"]]
+    called_for("after_bursty", [t for t, _ in tuned])
     out["quiet"]["judge 2"] = machine_wait_share(0.2)
     judges = judge_layers(layers, args.rounds)
     out["judge_quiet_2"], out["judge_quiet_rounds_2"] = [j.times() for j in judges], [j.record() for j in judges]

@@ -153,9 +153,9 @@ def judge_layers(layers: list, rounds: int, block_seconds: float = 0.01, statist
 def moment(layer: Layer, rounds: int = MOMENT_ROUNDS, statistic=median, slow: float = SLOW) -> dict:
     """name -> seconds per call of every algorithm on ``layer``, judged now, on this layer alone
     (``rounds`` rounds, ~0.2-0.5 s; ``statistic`` and ``slow`` as ``Judge``'s): the machine as the choice just
-    made met it. This VM's speed and its
-    vCPUs' placement drift over seconds to minutes (``judge_layers``), so a choice judged a minute later can
-    read as a regret though it was the fastest of its moment; judged now, what is left is mostly the race's own
-    error (less where the moment itself is changing: measured 2026-12-06, in the second after a neighbour left,
-    a layer's two fastest swapped by 1.5x between a re-race and this judge 0.8 s later)."""
+    made met it. This VM's speed and its vCPUs' placement drift over seconds to minutes (``judge_layers``), so a
+    choice judged a minute later can read as a regret though it was the fastest of its moment; judged now, what
+    is left is mostly the race's own error (less where the moment itself is changing: measured 2026-12-06, in the
+    second after a neighbour left, a layer's two fastest swapped by 1.5x between a re-race and this judge 0.8 s
+    later)."""
     return judge_layers([layer], rounds, statistic=statistic, slow=slow)[0].times()

@@ -101,7 +101,7 @@ def render(runs: dict, load: float, args) -> str:
     for row, phase, against in MOMENT_ROWS:
         if all(against in runs[o] for o in orders):
             lines.append(f"| {row} | " + " | ".join(f"{_pct(regrets(runs[o], phase, against))} (median / worst)"
-                                                   for o in orders) + " | (the race's own error) |")
+                                                   for o in orders) + " | (mostly the race's own error) |")
     for judge, where in (("judge_quiet", "quiet"), ("judge_steady", "steady neighbour's")):
         if all(judge + "_2" in runs[o] for o in orders):
             floor = [f"{_pct(judge_against_itself(runs[o], judge))} (median / worst)" for o in orders]
