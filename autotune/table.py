@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from collections import namedtuple
-from dataclasses import asdict, dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 
 from convalgos import PASSES, ConvParams
 
@@ -73,7 +73,8 @@ COLUMNS = (("median ms", 11), ("kept", 6), ("retaken", 9), ("waited", 8), ("spik
            ("JIT ms", 10), ("error", 10), ("workspace MiB", 15))
 #: Entry fields left out of its dict when empty.
 OPTIONAL = ("nonfinite", "jit", "retaken", "waited", "verdict", "provisional", "reraced", "mean_times", "blocks",
-            "host_times", "gpu_times", "decided", "calls", "spent")
+            "host_times", "gpu_times", "decided", "calls", "spent", "neighbours",
+            "waits_kept")
 #: fields of older files, read as: "contended" (the spike rule's mark) is a provisional mark; "confirmed" is gone.
 LEGACY = {"contended": "provisional", "confirmed": None}
 #: the columns of a GPU entry whose race measured host and GPU time apart (``race.py``).
@@ -107,9 +108,11 @@ class Entry:
     ``decided``: which of the two made the choice (``race/rounds.py``: ``times`` are then the larger of the
     two, or the GPU time in graph mode);
     ``retaken``: name -> runs set aside because its threads waited for a CPU (``race/rounds.py``); ``waited``:
-    name -> seconds its threads waited per second of its runs, retaken ones included; ``verdict``: the judge's
-    shoot-out of the top two (``race/judge.py``: ratio, interval, pairs, outcome), empty when the runner-up
-    was out of reach; ``provisional``: why the choice rests on runs that waited ("" when it does not:
+    name -> seconds its threads waited per second of its runs, retaken ones included; ``neighbours``: the share
+    of the race's samples before which another process had a task runnable (None where the platform cannot tell:
+    ``race/provisional.py``); ``waits_kept``: name -> why its runs were judged waits and all, not retaken
+    (``race/rounds.py``); ``verdict``: the judge's shoot-out of the top two (``race/judge.py``: ratio,
+    interval, pairs, outcome), empty when the runner-up was out of reach; ``provisional``: why the choice rests on runs that waited ("" when it does not:
     ``race/provisional.py``); ``reraced``: how many times this key was raced again once the machine was quiet;
     ``calls`` and ``spent``: name -> how many calls it made while tuned (its checked call, a second one after
     JIT, the untimed call before each short timed one, the runs retaken, the blocks) and their seconds, the
@@ -152,12 +155,14 @@ class Entry:
     decided: str = ""
     calls: dict = field(default_factory=dict)
     spent: dict = field(default_factory=dict)
+    neighbours: float | None = None
+    waits_kept: dict = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         d = asdict(self)
         d["key"] = self.key.to_dict()
         for name in OPTIONAL:
-            if not d[name]:
+            if d[name] == DEFAULTS[name]:
                 del d[name]           # files without them stay as they were
         return d
 
@@ -248,9 +253,16 @@ class Entry:
             lines += _nonfinite_lines(self.nonfinite)
             for name, why in self.abandoned.items():
                 lines.append(f"    {name}: abandoned, {why}")
+            for name, why in self.waits_kept.items():
+                lines.append(f"    {name}: judged on its runs, waits and all, not retaken ({why})")
         for name, why in self.skipped.items():
             lines.append(f"    {name}: skipped, {why}")
         return "\n".join(lines)
+
+
+#: each field's value when a tuning left it unset (an ``OPTIONAL`` field so is not written to files)
+DEFAULTS = {f.name: f.default if f.default is not MISSING else f.default_factory() for f in fields(Entry)
+            if f.name in OPTIONAL}
 
 
 def _nonfinite_lines(nonfinite: dict) -> list:

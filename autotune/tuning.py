@@ -61,7 +61,7 @@ from .jit import jit_time
 from .measure import ReferenceCheck, poison
 from .race import Race, blocks, host_or_gpu, judge
 from .race.clock import Sample, Sampler
-from .race.provisional import provisional, stayed
+from .race.provisional import neighbour_share_seen, provisional, stayed
 from .table import Entry, Key, MiB
 
 
@@ -209,6 +209,10 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     entry.host_times, entry.gpu_times = host_or_gpu.split_medians(race)
     entry.decided = host_or_gpu.decided(race, entry.algo)
     entry.provisional = provisional(race, reader.sees_wait, tuner.contention_ratio)
+    entry.neighbours = neighbour_share_seen(race)
+    entry.waits_kept = {n: "its own threads' waits" if race.own_waits.get(n, 0) >= 2 else
+                        "its retakes waited in two rounds in a row" for n, k in race.stuck.items()
+                        if k >= 2 and n in race.rounds}
     entry.tuning_seconds = timer.now() - start
     return entry
 

@@ -3,6 +3,9 @@
     python -m bench.regret                      # every import order, a fresh process each; cpu-regret.md
     python -m bench.regret --orders convalgos --layers 4      # a quick look
 
+The record is ``bench/results/cpu-regret.md``; beside it ``cpu-regret.json`` holds the whole run, each tuning's
+evidence included (``regret_misses.py``), and the record traces every miss over a target from it.
+
 In a fresh process per import order (``bench.orders``), for each of a dozen layers (``regret_layers.py``),
 each tuned with a fresh ``autotune.Tuner(benchmark=True)``:
 
@@ -51,6 +54,7 @@ import argparse
 import json
 import os
 import time
+from pathlib import Path
 from statistics import fmean
 
 from bench import orders
@@ -67,6 +71,7 @@ def child(args) -> dict:
     from autotune.race.contention import machine_wait_share
     from bench.neighbours import neighbour
     from bench.regret_layers import LAYERS, STEADY_MOMENT_ROUNDS, STEADY_SLOW, Layer, judge_layers, moment
+    from bench.regret_misses import evidence
     from bench.regret_placement import placement_us
 
     layers = [Layer(*spec) for spec in LAYERS[:args.layers]]
@@ -81,7 +86,8 @@ def child(args) -> dict:
         (entry,) = t.dispatch_table()
         return t, {"algo": entry.algo, "seconds": entry.tuning_seconds, "wall": wall,
                    "jit": sum(entry.jit.values()), "provisional": bool(entry.provisional),
-                   "verdict": entry.verdict.get("outcome", ""), "times": entry.times, "placement_us": placement}
+                   "verdict": entry.verdict.get("outcome", ""), "times": entry.times, "placement_us": placement,
+                   "evidence": evidence(entry)}
 
     out["quiet"]["first"] = machine_wait_share(0.2)
     out["first"] = [tune(l)[1] for l in layers]
@@ -115,7 +121,7 @@ def child(args) -> dict:
                 layer.call(t)
             (entry,) = t.dispatch_table()
             out[phase].append({"algo": entry.algo, "reraced": entry.reraced, "provisional": bool(entry.provisional),
-                               "placement_us": placement_us()})
+                               "placement_us": placement_us(), "evidence": evidence(entry)})
             out[f"judge_moment_{phase}"].append(moment(layer))
 
     out["quiet"]["after"] = machine_wait_share(0.2)
@@ -148,6 +154,7 @@ def main(argv=None) -> None:
         print(json.dumps(child(args)))
         return
     orders.resolve(args, rounds=1)
+    from bench.regret_misses import traced
     from bench.regret_report import render
     load = os.getloadavg()[0]
     runs = {}
@@ -155,7 +162,10 @@ def main(argv=None) -> None:
         child_argv = ["--child", "--layers", str(args.layers), "--rounds", str(args.rounds), "--steady-rounds",
                       str(args.steady_rounds), "--after", str(args.after)]
         runs[order] = orders.run_child(order, "bench.regret", child_argv, args.keep_env)
-    write_record(__import__("pathlib").Path(args.out), render(runs, load, args))
+    out = Path(args.out)
+    write_record(out, render(runs, load, args) + "".join(line + "\n" for line in traced(runs)))
+    out.with_suffix(".json").write_text(json.dumps(runs, separators=(",", ":")) + "\n")
+    print(f"wrote {out.with_suffix('.json')} (every tuning's evidence, for tracing a miss)")
 
 
 if __name__ == "__main__":

@@ -92,6 +92,12 @@ def test_one_candidate_whose_own_threads_wait_marks_nothing_and_stops_being_reta
     t.conv2d(*arrays())
     (e,) = t.dispatch_table()
     assert not e.provisional and 1 <= e.retaken["a"] <= 2 * 2 and "b" not in e.retaken and e.algo == "a"
+    # b's checked call, 2x a's, screens it out: a alone is timed more than once, and its waits are still its own
+    t = tuner(clock, fakes(clock, a=(1e-3, {"waits": 0.5e-3}), b=2e-3))
+    t.conv2d(*arrays())
+    (e,) = t.dispatch_table()
+    assert e.runs["b"] == 1 and e.waits_kept == {"a": "its own threads' waits"} and not e.provisional
+    assert "a: judged on its runs, waits and all, not retaken (its own threads' waits)" in e.report()
 
 
 class ArrivingReader(FakeReader):

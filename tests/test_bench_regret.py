@@ -1,9 +1,12 @@
 """bench.regret's record computes its regrets and costs from the judge's numbers beside them (a synthetic run:
 no timing), and the neighbours it starts end when their block does."""
 import argparse
+import json
 import time
 
+from autotune_fakes import FakeClock, fakes, tuned
 from bench.neighbours import neighbour
+from bench.regret_misses import evidence, traced
 from bench.regret_report import costs, judge_against_itself, regrets, render
 
 
@@ -135,3 +138,24 @@ def test_a_choice_is_also_judged_against_a_race_right_after_it():
     text = render({"numpy": run}, 0.5, args)
     assert "| beside the steady neighbour, against a race under it right after each | 25% / 50% (median / " in text
     assert "| b P +0% / +100% (now +50%) |" in text
+
+
+def test_a_miss_over_its_target_is_traced_with_the_races_evidence():
+    """The record traces each choice over its row's target from the evidence stored with the tuning: a's runs
+    waited half their time with no other process runnable (its own threads': kept, waits and all), and it won
+    the race though the judge times it 2x b on layer two. A record without evidence has no such section."""
+    clock = FakeClock()
+    entry = tuned(clock, fakes(clock, a=(1e-3, {"waits": 0.5e-3}), b=2e-3))
+    ev = json.loads(json.dumps(evidence(entry)))                     # stored as JSON in the run
+    assert entry.algo == "a" and ev["waits_kept"] == {"a": "its own threads' waits"}
+    assert ev["times_ms"] == {"a": 1.0, "b": 2.0} and ev["neighbours"] == 0.0 and ev["provisional"] == ""
+    run = synthetic_run()
+    assert traced({"numpy": run}) == []
+    for e in run["first"]:
+        e["evidence"] = ev
+    lines = traced({"numpy": run})
+    assert len(lines) == 6 and lines[-1].startswith("- numpy first, **two**, first: kept `a`, +100% against the "
+                                                    "quiet judge (best `b`). The race: `a` 1.000 ms in the race (")
+    assert "waited 50% of its time; judged waits and all: its own threads' waits), 2.000 ms in the judge" in lines[-1]
+    assert "`b` 2.000 ms in the race" in lines[-1] and "1.000 ms in the judge" in lines[-1]
+    assert "another process runnable before 0% of its samples" in lines[-1] and "not provisional" in lines[-1]
