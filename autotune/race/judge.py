@@ -112,7 +112,7 @@ def choose(race, preference, settings) -> tuple[str, list, Verdict | None]:
     if len(order) < 2 or race.typical(order[1]) > settings.reach * race.typical(leader):
         return leader, [leader], None
     verdict = shootout(race, leader, order[1], settings)
-    if not verdict.pairs:                    # no round in which both ran alike: the medians decide
+    if not verdict.pairs:                    # no round in which both ran clean: the medians decide
         return leader, [leader], verdict
     if verdict.outcome == "decided" or not verdict.within_band():
         return verdict.faster(), [verdict.faster()], verdict
