@@ -61,7 +61,7 @@ from .jit import jit_time
 from .measure import ReferenceCheck, poison
 from .race import Race, blocks, host_or_gpu, judge
 from .race.clock import Sample, Sampler
-from .race.provisional import neighbour_share_seen, present, provisional, stayed
+from .race.provisional import neighbour_share_seen, provisional, stayed
 from .table import Entry, Key, MiB
 
 
@@ -188,12 +188,9 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     def preference(n):
         return not registry[n].deterministic, workspace.get(n, 0), entry.errors.get(n, 0.0), n
 
-    chosen = None             # a neighbour there most of the time: what is fastest under it, by blocks
-    if stayed(race) or present(race):
-        chosen = blocks.choose(race, preference, tuner, confirm=not stayed(race))
-    entry.mean_times = chosen is not None
-    if chosen:
-        (entry.algo, entry.tied), verdict = chosen, None
+    entry.mean_times = stayed(race)
+    if entry.mean_times:      # a neighbour was there most of the time: what is fastest under it, by blocks
+        (entry.algo, entry.tied), verdict = blocks.choose(race, preference, tuner), None
     else:
         entry.algo, entry.tied, verdict = judge.choose(race, preference, tuner)
     entry.times = {n: race.block_costs.get(n, race.mean_cost(n)) if entry.mean_times else race.typical(n)

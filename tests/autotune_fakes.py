@@ -88,13 +88,11 @@ class Fake(Algorithm):
     wait for a CPU during each call (a list like ``cost``), read by ``FakeReader``; ``faults``: page faults each
     call takes (a list like ``cost``: a first call touching fresh memory); ``busy``: (cost, waits) of a
     call made while a neighbour runs (before the clock's ``busy_until``); ``cold``: seconds a call costs on top
-    when the call before it was another fake's (its caches and pools taken over); ``streak``: (n, extra), from
-    its n-th call in a row on (no other fake's call between), each call costs ``extra`` more, all of it waiting
-    for a CPU (a long run of back-to-back calls, a block, meets a spinning neighbour's time slice)."""
+    when the call before it was another fake's (its caches and pools taken over)."""
 
     def __init__(self, name, clock, cost, *, deterministic=True, workspace=0, wrong=None, only_3x3=False,
                  sleep=0.0, raises=None, raise_from=0, flops=None, pass_cost=None, jit=0.0, waits=0.0,
-                 busy=None, faults=0, cold=0.0, streak=None):
+                 busy=None, faults=0, cold=0.0):
         super().__init__()
         self.name, self.clock, self.costs = name, clock, list(cost) if isinstance(cost, (list, tuple)) else [cost]
         self.deterministic, self.ws, self.wrong, self.only_3x3, self.sleep = (deterministic, workspace, wrong,
@@ -104,7 +102,7 @@ class Fake(Algorithm):
         self.calls, self.outputs, self.jit = 0, [], jit
         self.waits = list(waits) if isinstance(waits, (list, tuple)) else [waits]
         self.faults = list(faults) if isinstance(faults, (list, tuple)) else [faults]
-        self.busy, self.cold, self.streak, self.in_a_row = busy, cold, streak, 0
+        self.busy, self.cold = busy, cold
 
     def constraints(self, p, op):
         if self.only_3x3 and (p.R, p.S) != (3, 3):
@@ -143,9 +141,6 @@ class Fake(Algorithm):
                                faults=self.faults[min(self.calls - 1, len(self.faults) - 1)])
         if self.cold and self.clock.last is not self:
             self.clock.advance(self.cold)
-        self.in_a_row = self.in_a_row + 1 if self.clock.last is self else 1
-        if self.streak and self.in_a_row >= self.streak[0]:
-            self.clock.advance(self.streak[1], self.streak[1])
         self.clock.last = self
         if self.sleep:
             time.sleep(self.sleep)

@@ -14,7 +14,7 @@ from autotune.race import blocks
 class FakeRace:
     """What ``blocks`` reads of a ``Race``: each candidate's blocks cost the next of its ``levels`` (cycled)."""
 
-    def __init__(self, levels: dict, failing=(), seen=(1,)):
+    def __init__(self, levels: dict, failing=()):
         self.rounds = {n: {} for n in levels}
         self.levels = {n: itertools.cycle(v) for n, v in levels.items()}
         self.calls = {n: n for n in levels}
@@ -23,9 +23,7 @@ class FakeRace:
         self.spent_by = {n: 0.0 for n in levels}
         self.calls_by = {n: 0 for n in levels}
         self.block_costs, self.block_evidence = {}, {}
-        seen = itertools.cycle(seen)           # other processes' runnable tasks before each block
-        self.sampler = SimpleNamespace(take_block=self.take_block,
-                                       reader=SimpleNamespace(runnable_others=lambda: next(seen)))
+        self.sampler = SimpleNamespace(take_block=self.take_block)
         self.first_means = {n: sum(v) / len(v) for n, v in levels.items()}
 
     def mean_cost(self, name):
@@ -38,7 +36,7 @@ class FakeRace:
         return SimpleNamespace(seconds=next(self.levels[name]))
 
 
-SETTINGS = SimpleNamespace(block_seconds=0.01, tie_tolerance=0.03, neighbour_share=0.9)
+SETTINGS = SimpleNamespace(block_seconds=0.01, tie_tolerance=0.03)
 
 
 def prefer_name(name):
@@ -50,7 +48,7 @@ def test_the_mean_decides_where_a_median_of_blocks_would_mislead():
     # 0.45. A median of a's blocks says 0.14: the wrong winner. The mean is what a step pays beside the neighbour
     race = FakeRace({"a": [0.14e-3, 0.14e-3, 1.25e-3], "b": [0.45e-3]})
     algo, tied = blocks.choose(race, prefer_name, SETTINGS)
-    assert algo == "b" and tied == ["b"] and race.block_neighbours == [1] * sum(race.taken.values())
+    assert algo == "b" and tied == ["b"]
     assert race.block_costs["a"] == pytest.approx(0.51e-3, rel=0.02)
     assert race.block_costs["b"] == pytest.approx(0.45e-3)
 
@@ -111,17 +109,3 @@ def test_the_race_keeps_each_candidates_blocks_and_error():
     n, error = race.block_evidence["a"]
     assert n == blocks.MIN_BLOCKS and error == pytest.approx(blocks.mean_and_error([1.0e-3, 1.2e-3] * 2)[1])
     assert race.block_evidence["b"] == [blocks.MIN_BLOCKS, 0.0]
-
-
-def test_after_clean_runs_the_blocks_decide_only_where_the_neighbour_stayed_through_them():
-    """``confirm``: the race's runs came through clean beside a neighbour seen before each. Seen before every
-    block too, it stays, and the blocks decide; seen before half of them, it comes and goes: no choice by
-    blocks (the clean runs decide, ``judge.py``), their costs cleared."""
-    levels = {"a": [0.14e-3, 0.14e-3, 1.25e-3], "b": [0.45e-3]}
-    race = FakeRace(levels)
-    assert blocks.choose(race, prefer_name, SETTINGS, confirm=True) == ("b", ["b"])
-    race = FakeRace(levels, seen=(1, 0))
-    assert blocks.choose(race, prefer_name, SETTINGS, confirm=True) is None
-    assert race.block_costs == {} and race.block_evidence == {} and race.block_neighbours[:2] == [1, 0]
-    race = FakeRace(levels, seen=(1, 0))               # without confirm (the runs all waited): the blocks decide
-    assert blocks.choose(race, prefer_name, SETTINGS)[0] == "b"

@@ -139,26 +139,14 @@ def test_a_neighbour_whose_time_slices_no_run_met_is_seen_runnable_before_the_sa
     clock = FakeClock()
     clock.busy_until = 10.0
     # a neighbour was runnable throughout, but no run of ours waited (sub-millisecond calls between its slices,
-    # as measured beside one spinning process): seen before every sample, it marks the choice provisional; and
-    # as it was still there before every block, the blocks decide, what a step pays beside it: a's calls cost 1
-    # ms one at a time, 2 ms from the third in a row on (the neighbour's slice), so its blocks 1.8 ms a call
-    t = watched(clock, fakes(clock, a=(1e-3, {"streak": (3, 1e-3)}), b=1.1e-3))
+    # as measured beside one spinning process): seen before every sample, it marks the choice provisional; the
+    # runs being clean, the choice is made on them (not by blocks, which are for runs that all waited)
+    t = watched(clock, fakes(clock, a=(5e-3, {"busy": (5e-3, 0.0)}), b=(7e-3, {"busy": (7e-3, 0.0)})))
     t.conv2d(*arrays())
     (e,) = t.dispatch_table()
-    assert not e.retaken and e.waited == {"a": 0.0, "b": 0.0} and min(e.samples["a"]) == pytest.approx(1e-3)
+    assert e.algo == "a" and not e.retaken and e.waited == {"a": 0.0, "b": 0.0}
     assert e.provisional.startswith("another process had a task runnable before 100% of its samples")
-    assert e.algo == "b" and e.mean_times and e.times["a"] == pytest.approx(1.8e-3, rel=0.05)
-    # a neighbour in bursts, there before every run of the race's rounds by chance and gone before the blocks:
-    # it comes and goes, so the clean runs decide (a, in the shoot-out after the blocks), and the blocks, run
-    # and dismissed, leave no times behind
-    clock.busy_until, start = 0.0, clock.now
-    watched(clock, fakes(clock, a=(1e-3, {"streak": (3, 1e-3)}), b=1.1e-3)).conv2d(*arrays())   # the race, alone
-    clock.busy_until = clock.now + (clock.now - start)
-    t = watched(clock, fakes(clock, a=(1e-3, {"streak": (3, 1e-3)}), b=1.1e-3))
-    t.conv2d(*arrays())
-    (e,) = t.dispatch_table()
-    assert e.calls["a"] > e.runs["a"] + 10 and e.calls["b"] > e.runs["b"] + 10           # the blocks ran
-    assert e.algo == "a" and not e.mean_times and not e.blocks and e.times["a"] == pytest.approx(1e-3)
+    assert not e.mean_times
 
 
 def test_a_quiet_race_is_not_provisional_and_never_raced_again():

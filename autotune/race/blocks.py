@@ -17,15 +17,13 @@ seeded shuffled order, and each is judged on its mean cost per call, m, and that
 - it stops when one candidate is left or after ``MAX_BLOCKS`` rounds;
 - the smallest mean wins; the candidates within the tie band of it tie, and the preference decides.
 
-When the race's own runs came through clean though another process was runnable before nearly every one of
-them (``provisional.present``: a sub-millisecond call with the pool awake slips in between a spinning
-neighbour's time slices), the blocks are still what a step pays there, and they decide, if the neighbour was
-runnable before at least ``neighbour_share`` of the blocks too (``stayed``: it stays). Else it comes and goes
-(a neighbour in bursts, seen before every run of a 10 ms race by chance) and the clean runs decide
-(``judge.py``): blocks under bursts kept ``direct`` over a fused Winograd whose clean runs were half its time.
-Measured (2026-12-06, ``bench.regret``, the steady neighbour, 36 tunings): 16 races had clean runs and chose on
-them at quiet speeds (``direct`` on the depthwise layer 0.116 ms a call, 0.685 in the judge's blocks under the
-neighbour), and 3 of those missed the judge's best by 28-42%; 2 of the 20 decided by blocks missed by 20-32%.
+Only where the runs themselves waited (``provisional.stayed``). Tried and undone (2026-12-06): blocks also where
+the runs came through clean though another process was runnable before 90% of them (a sub-millisecond call
+with the pool awake slips between a spinning neighbour's slices: ``direct`` on the depthwise layer 0.116 ms a
+call in the race, 0.685 in blocks under the neighbour), deciding where the neighbour was still seen before 90%
+of the blocks. In ``bench.regret`` beside the steady neighbour (36 tunings a run) the choices more than 10% off
+the judge under it went from 3-8 (four runs before) to 4-7 (three runs), their mean regret from 4.5-8.1% to
+2.9-7.7%, while a tuning there took 2.5x as long (median 0.16 -> 0.35-0.42 s).
 
 Cost: nominally at most CANDIDATES x MAX_BLOCKS x block_seconds (0.36 s); a block is sized by the race's mean
 cost, so one the neighbour slows further runs longer: measured beside it (2026-12-06, the 12 layers twice) a
@@ -66,11 +64,10 @@ def race_blocks(race, seconds: float) -> dict:
     names = sorted(race.rounds, key=race.mean_cost)[:CANDIDATES]
     size = {n: max(1, round(seconds / max(race.mean_cost(n), 1e-9))) for n in names}
     costs = {n: [] for n in names}
-    racing, race.block_neighbours = list(names), []
+    racing = list(names)
     for block in range(MAX_BLOCKS):
         race.order_rng.shuffle(racing)
         for name in racing:
-            race.block_neighbours.append(race.sampler.reader.runnable_others())
             try:
                 sample = race.sampler.take_block(race.calls[name], size[name])
             except Exception:  # noqa: BLE001 - it ran before; failing now, it races no more
@@ -108,21 +105,10 @@ def describe(evidence: dict, times: dict) -> str:
         ", ".join(map(interval, names))
 
 
-def stayed(race, share: float) -> bool:
-    """Whether another process was runnable before at least ``share`` of the blocks (unknown counts as there)."""
-    seen = race.block_neighbours
-    return not seen or sum(v is None or v > 0 for v in seen) >= share * len(seen)
-
-
-def choose(race, preference, settings, confirm: bool = False) -> tuple[str, list] | None:
+def choose(race, preference, settings) -> tuple[str, list]:
     """(the choice, the candidates it tied with): the smallest mean cost per call in blocks, the preference
-    among those within ``settings.tie_tolerance`` of it. ``confirm``: the race's runs came through clean, so
-    the blocks decide only where the neighbour stayed through them (``stayed``); else None, the blocks' costs
-    and evidence cleared (their share of blocks with the neighbour seen stays, ``race.block_neighbours``)."""
+    among those within ``settings.tie_tolerance`` of it."""
     cost = race_blocks(race, settings.block_seconds)
-    if confirm and not stayed(race, settings.neighbour_share):
-        race.block_costs, race.block_evidence = {}, {}
-        return None
     best = min(cost.values())
     tied = sorted((n for n in cost if cost[n] <= (1 + settings.tie_tolerance) * best), key=cost.get)
     return min(tied, key=preference), tied

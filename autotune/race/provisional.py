@@ -69,26 +69,21 @@ def contended(race) -> bool:
     return bool(judged) and min(waited_share(race, n) for n in judged) > race.s.contended_share
 
 
-def present(race) -> bool:
-    """Whether another process had a task runnable before at least ``neighbour_share`` of the samples, though
-    the runs may have come through clean: the blocks are then raced too (``blocks.py`` says when they decide)."""
-    seen = neighbour_share_seen(race)
-    return seen is not None and seen >= race.s.neighbour_share
-
-
 def stayed(race) -> bool:
     """Whether the retakes could not clean the race: ``contended``, beside a neighbour that stayed (seen
     runnable before ``neighbour_share`` of the samples, or unseen); blocks of calls then decide
     (``blocks.py``). Beside neighbours that come and go the retakes find clean runs, and the choice rests on
     them: traced (2026-12-05, two bursty neighbours), ``winograd_fused_4x4``'s clean runs 0.48 ms against
     ``direct``'s 0.93, contended by the retaken runs, and blocks under the bursts kept ``direct``."""
-    return contended(race) and (neighbour_share_seen(race) is None or present(race))
+    seen = neighbour_share_seen(race)
+    return contended(race) and (seen is None or seen >= race.s.neighbour_share)
 
 
 def shared(race) -> bool:
     """Whether another process shared the cores while the race ran: another process had a task runnable
     before at least ``neighbour_share`` of the samples (``neighbour_share_seen``), or ``contended``."""
-    return present(race) or contended(race)
+    seen = neighbour_share_seen(race)
+    return (seen is not None and seen >= race.s.neighbour_share) or contended(race)
 
 
 def neighbour_share_seen(race) -> float | None:

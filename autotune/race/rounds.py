@@ -67,7 +67,6 @@ class Race:
             self._count_own_wait(name, sample)
         self.block_costs = {}                            # name -> mean cost per call in blocks (``blocks.py``)
         self.block_evidence = {}                         # name -> [blocks, the mean's standard error]
-        self.block_neighbours = []                       # other processes' runnable tasks before each block
         self.order_rng = random.Random(0)
         self.last = None                                 # the candidate whose call ran last (``_lead``)
 
