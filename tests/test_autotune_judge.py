@@ -2,8 +2,9 @@
 going to the preference, close calls marked; with fake algorithms and a fake clock (no timing asserted)."""
 import pytest
 
-from autotune.race.judge import median_interval
-from autotune_fakes import FakeClock, fakes, tuned
+from autotune import Tuner
+from autotune.race.judge import choose, median_interval
+from autotune_fakes import NO_RULES, FakeClock, fakes, tuned
 
 
 def test_the_median_interval_is_the_order_statistics_of_the_binomial():
@@ -68,3 +69,30 @@ def test_pairs_are_of_clean_runs_only_spikes_and_waits_never_decide():
     entry = tuned(clock, fakes(clock, a=[1e-3, 2e-3, 2e-3, 2e-3] * 30, b=1.08e-3))
     v = entry.verdict
     assert entry.algo == "a" and v["ratio"] == pytest.approx(1.08) and v["pairs"] < 5
+
+
+class ShootoutRace:
+    """What ``judge.choose`` reads of a race: medians that the shoot-out's extra rounds move, and its pairs."""
+
+    def __init__(self, before: dict, after: dict, ratio: float):
+        self.rounds, self.medians, self.after, self.ratio, self.spent = dict.fromkeys(before), before, after, ratio, 0.0
+        self.extended = 0
+
+    def typical(self, name):
+        return self.medians[name]
+
+    def pairs(self, a, b):
+        return [(1.0, self.ratio)] * (4 + self.extended)          # 4 pairs before the shoot-out's first round
+
+    def extend(self, names):
+        self.extended += 1
+        self.medians = self.after
+
+
+def test_a_third_candidate_joins_a_tie_only_within_the_band_of_the_faster_of_the_two():
+    # x led (1.00) and y (1.02) came within reach; in the shoot-out x's runs slowed (median 1.06) and the pair
+    # tied (y / x = 0.98). c, 1.05, is within 3% of x's slowed median but 5% over y's: no part of the tie, though
+    # the preference (here the name) would take it
+    race = ShootoutRace({"x": 1.00, "y": 1.02, "c": 1.05}, {"x": 1.06, "y": 1.00, "c": 1.05}, 0.98)
+    algo, tied, verdict = choose(race, lambda n: n, Tuner(benchmark=True, heuristics=NO_RULES))
+    assert verdict.outcome == "tie" and sorted(tied) == ["x", "y"] and algo == "x"

@@ -116,7 +116,7 @@ def choose(race, preference, settings) -> tuple[str, list, Verdict | None]:
         return leader, [leader], verdict
     if verdict.outcome == "decided" or not verdict.within_band():
         return verdict.faster(), [verdict.faster()], verdict
-    best = race.typical(leader)
+    best = min(race.typical(leader), race.typical(order[1]))     # the shoot-out's runs may have moved either
     tied = [leader, order[1]] + [n for n in order[2:] if race.typical(n) <= (1 + verdict.band) * best]
     return min(tied, key=preference), tied, verdict
 
