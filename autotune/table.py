@@ -112,8 +112,9 @@ class Entry:
     of the race's samples before which another process had a task runnable (None where the platform cannot tell:
     ``race/provisional.py``); ``waits_kept``: name -> why its runs were judged waits and all, not retaken
     (``race/rounds.py``); ``verdict``: the judge's shoot-out of the top two (``race/judge.py``: ratio,
-    interval, pairs, outcome), empty when the runner-up was out of reach; ``provisional``: why the choice rests on runs that waited ("" when it does not:
-    ``race/provisional.py``); ``reraced``: how many times this key was raced again once the machine was quiet;
+    interval, pairs, outcome), empty when the runner-up was out of reach; ``provisional``: why the choice rests
+    on runs that waited ("" when it does not: ``race/provisional.py``); ``reraced``: how many times this key
+    was raced again once the machine was quiet;
     ``calls`` and ``spent``: name -> how many calls it made while tuned (its checked call, a second one after
     JIT, the untimed call before each short timed one, the runs retaken, the blocks) and their seconds, the
     JIT call's apart;

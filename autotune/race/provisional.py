@@ -61,9 +61,8 @@ def contended(race) -> bool:
     leaving out those whose waits the race found to be their own (``Race._count_own_wait``). One candidate's
     waits alone are its own threads' (a BLAS pool beside Numba's on two cores: measured quiet here, im2col's and
     the non-fused Winograds' runs wait 19-56% of their time, Numba-only ones 0%), which a step pays too: they
-    mark nothing. Until 2026-12-06 a race whose other
-    candidates all left after their checked call judged the one left, its own threads' waits and all, and
-    marked its choice provisional on a quiet machine."""
+    mark nothing. Until 2026-12-06 a race whose other candidates all left after their checked call judged the
+    one left, its own threads' waits and all, and marked its choice provisional on a quiet machine."""
     taken = {n: len(r) + len(race.retaken[n]) for n, r in race.rounds.items() if race.own_waits.get(n, 0) < 2}
     judged = [n for n in taken if taken[n] >= 2] or [n for n in taken if taken[n]]
     return bool(judged) and min(waited_share(race, n) for n in judged) > race.s.contended_share
