@@ -210,9 +210,7 @@ def tune(tuner, key: Key, a, b, device, registry: dict, out, timer) -> Entry:
     entry.decided = host_or_gpu.decided(race, entry.algo)
     entry.provisional = provisional(race, reader.sees_wait, tuner.contention_ratio)
     entry.neighbours = neighbour_share_seen(race)
-    entry.waits_kept = {n: "its own threads' waits" if race.own_waits.get(n, 0) >= 2 else
-                        "its retakes waited in two rounds in a row" for n, k in race.stuck.items()
-                        if k >= 2 and n in race.rounds}
+    entry.waits_kept = race.waits_kept()
     entry.tuning_seconds = timer.now() - start
     return entry
 

@@ -10,11 +10,8 @@ writes one paragraph per miss.
 """
 from __future__ import annotations
 
-from bench.regret_report import regrets
+from bench.regret_report import TARGET_JUDGES, TARGETS, regrets
 
-#: (phase, judged against, target): the rows of the issue's targets, as ``regret_report.render``
-TARGETS = (("first", "judge_quiet", 0.05), ("steady", "judge_steady", 0.10), ("after", "judge_quiet", 0.05),
-           ("bursty", "judge_quiet", 0.10))
 #: the candidates a trace shows: the race's fastest few, and the judge's best and the choice wherever they rank
 SHOWN = 3
 
@@ -66,7 +63,8 @@ def traced(runs: dict) -> list:
     """The record's section: every choice over its row's target, traced (records without evidence: none)."""
     lines = []
     for order, run in runs.items():
-        for phase, against, target in TARGETS:
+        for phase, target in TARGETS.items():
+            against = TARGET_JUDGES[phase]
             if phase not in run or against not in run or not all("evidence" in e for e in run[phase]):
                 continue
             for i, regret in enumerate(regrets(run, phase, against)):

@@ -17,6 +17,10 @@ ROWS = (("quiet, first tunings in a process", "first", "judge_quiet"),
         ("the same, once it has gone, after a second of calls (against the quiet race)", "after_bursty",
          "judge_quiet"))
 
+#: the issue's targets, worst regret per phase, each against its own judge (``TARGET_JUDGES``; ``regret_misses``)
+TARGETS = {"first": 0.05, "steady": 0.10, "after": 0.05, "bursty": 0.10}
+TARGET_JUDGES = {"first": "judge_quiet", "steady": "judge_steady", "after": "judge_quiet", "bursty": "judge_quiet"}
+
 #: (row, phase, judge): the same choices against a judge of their layer taken right after them
 MOMENT_ROWS = (("quiet, second tunings (warm), against a race right after each", "warm", "judge_moment_warm"),
                ("beside the steady neighbour, against a race under it right after each", "steady",
@@ -85,11 +89,10 @@ def render(runs: dict, load: float, args) -> str:
     lines += [
              "| measure | " + " | ".join(f"{o} first" for o in orders) + " | target |",
              "|---|" + "---|" * len(orders) + "---|"]
-    targets = {"first": "<= 5% worst", "steady": "<= 10% worst", "after": "<= 5% worst", "bursty": "<= 10% worst"}
     for row, phase, against in ROWS:
         if not all(phase in runs[o] for o in orders):            # a record from before the phase existed
             continue
-        target = targets.get(phase, "") if against == "judge_quiet" or phase == "steady" else ""
+        target = f"<= {TARGETS[phase]:.0%} worst" if TARGET_JUDGES.get(phase) == against else ""
         if row.startswith("the same choices"):
             target = "(none)"
         cells = [f"{_pct(regrets(runs[o], phase, against))} (median / worst)" for o in orders]

@@ -115,6 +115,12 @@ class Race:
             return self.clean_rounds(name)
         return {r: s.seconds for r, s in self.step_rounds(name).items()}
 
+    def waits_kept(self) -> dict:
+        """name -> why its runs are judged waits and all, not retaken, for the candidates so judged (the table)."""
+        return {n: "its own threads' waits" if self.own_waits.get(n, 0) >= 2 else
+                "its retakes waited in two rounds in a row"
+                for n, k in self.stuck.items() if k >= 2 and n in self.rounds}
+
     def clean(self, name: str) -> list:
         """The seconds of ``name``'s kept runs that neither waited nor were spikes."""
         return list(self.clean_rounds(name).values())
