@@ -82,12 +82,21 @@ def test_a_spike_is_recognised_and_does_not_decide():
     assert entry.times["fast"] == pytest.approx(1e-3)
 
 
-def test_runs_that_are_all_spikes_beside_a_clean_warmup_do_not_decide():
+def test_a_run_far_over_a_clean_warmup_is_a_spike_and_does_not_decide():
     clock = FakeClock()
-    # fast's checked call (1 ms, touching fresh memory: a warm-up) is clean; its next three runs are spikes
-    entry = tuned(clock, fakes(clock, fast=([1e-3, 5e-3, 5e-3, 5e-3, 1e-3], {"faults": [100, 0]}), other=2e-3))
-    assert entry.algo == "fast" and entry.spikes["fast"] == 3 and entry.times["fast"] == pytest.approx(1e-3)
-    assert entry.samples["fast"][:4] == pytest.approx([5e-3, 5e-3, 5e-3, 1e-3]) and len(entry.samples["fast"]) == 6
+    # fast's checked call (1 ms, touching fresh memory: a warm-up) is clean; its first race run is a 5x spike
+    entry = tuned(clock, fakes(clock, fast=([1e-3, 5e-3, 1e-3], {"faults": [100, 0]}), other=2e-3))
+    assert entry.algo == "fast" and entry.spikes["fast"] == 1 and entry.times["fast"] == pytest.approx(1e-3)
+    assert entry.samples["fast"][0] == pytest.approx(5e-3)
+
+
+def test_most_runs_over_the_fastest_are_a_slower_moment_not_spikes():
+    clock = FakeClock()
+    # fast ran 2.37 ms once, then 3.9 ms in every round after (the machine slowed: a speed phase), while other
+    # ran 2.7 ms in the same rounds. Until 2026-12-06 the 3.9s were spikes over the one 2.37, and fast was kept
+    # on that one run (measured so: 13% regret)
+    entry = tuned(clock, fakes(clock, fast=[2.37e-3, 3.9e-3], other=2.7e-3))
+    assert entry.algo == "other" and entry.times["fast"] == pytest.approx(3.9e-3) and not entry.spikes.get("fast")
 
 
 def test_a_run_that_waited_for_a_cpu_is_retaken_and_does_not_decide():

@@ -94,5 +94,13 @@ def test_reference_check_samples_a_big_layer(op):
 
 def test_without_spikes_keeps_the_runs_near_the_floor():
     assert measure.without_spikes([1.0, 1.2, 5.0], 1.5) == [1.0, 1.2]
-    assert measure.without_spikes([3.0, 3.1], 1.5, floor=1.0) == []       # a clean warm-up as the floor
+    assert measure.without_spikes([1.1, 1.2, 3.0], 1.5, floor=0.9) == [1.1, 1.2]  # a clean warm-up as the floor
     assert measure.without_spikes([3.0, 3.1], 1.5, floor=4.0) == [3.0, 3.1]
+    assert measure.without_spikes([1.0, 2.0], 1.5) == [1.0]                  # one of two: still a spike
+
+
+def test_without_spikes_sees_a_level_shift_where_most_runs_would_be_spikes():
+    # one run from a fast moment, then the machine slower for the rest: the one is odd, not the eleven
+    assert measure.without_spikes([2.4] + [3.9] * 11, 1.5) == [2.4] + [3.9] * 11
+    assert measure.without_spikes([3.0, 3.1], 1.5, floor=1.0) == [3.0, 3.1]   # two runs against one warm-up
+    assert measure.without_spikes([2.4, 3.9, 3.8, 9.0], 1.5) == [2.4, 3.9, 3.8]  # a spike over the new level

@@ -29,7 +29,9 @@ done). A candidate that stopped early behind a leader that then slowed down may 
 runs: it and the runner-up run more rounds until it has ``min_runs`` clean ones.
 
 "Clean": neither a spike (over ``spike_ratio`` times the candidate's fastest run, its warm-up included: a
-page fault, an interrupt, what the readings do not see; ``measure.without_spikes``) nor a run that waited.
+page fault, an interrupt, what the readings do not see; where most of its runs would be spikes, the machine
+slowed and they are its level, over ``spike_ratio`` times their median: ``measure.without_spikes``) nor a run
+that waited.
 A candidate no longer retaken is judged on its kept runs, waits and all: what it costs under the conditions
 measured.
 
