@@ -73,8 +73,7 @@ COLUMNS = (("median ms", 11), ("kept", 6), ("retaken", 9), ("waited", 8), ("spik
            ("JIT ms", 10), ("error", 10), ("workspace MiB", 15))
 #: Entry fields left out of its dict when empty.
 OPTIONAL = ("nonfinite", "jit", "retaken", "waited", "verdict", "provisional", "reraced", "mean_times", "blocks",
-            "host_times", "gpu_times", "decided", "calls", "spent", "neighbours",
-            "waits_kept")
+            "host_times", "gpu_times", "decided", "calls", "spent", "neighbours", "waits_kept")
 #: fields of older files, read as: "contended" (the spike rule's mark) is a provisional mark; "confirmed" is gone.
 LEGACY = {"contended": "provisional", "confirmed": None}
 #: the columns of a GPU entry whose race measured host and GPU time apart (``race.py``).

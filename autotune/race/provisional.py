@@ -58,12 +58,12 @@ def waited_share(race, name: str) -> float:
 
 def contended(race) -> bool:
     """Whether every candidate timed more than once had over ``contended_share`` of its runs wait for a CPU,
-    leaving out those whose waits the race found to be their own (``Race._count_own_wait``). One candidate's
+    leaving out those whose waits the race found to be their own (``Race.waits_are_own``). One candidate's
     waits alone are its own threads' (a BLAS pool beside Numba's on two cores: measured quiet here, im2col's and
     the non-fused Winograds' runs wait 19-56% of their time, Numba-only ones 0%), which a step pays too: they
     mark nothing. Until 2026-12-06 a race whose other candidates all left after their checked call judged the
     one left, its own threads' waits and all, and marked its choice provisional on a quiet machine."""
-    taken = {n: len(r) + len(race.retaken[n]) for n, r in race.rounds.items() if race.own_waits.get(n, 0) < 2}
+    taken = {n: len(r) + len(race.retaken[n]) for n, r in race.rounds.items() if not race.waits_are_own(n)}
     judged = [n for n in taken if taken[n] >= 2] or [n for n in taken if taken[n]]
     return bool(judged) and min(waited_share(race, n) for n in judged) > race.s.contended_share
 

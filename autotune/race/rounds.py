@@ -118,9 +118,14 @@ class Race:
             return self.clean_rounds(name)
         return {r: s.seconds for r, s in self.step_rounds(name).items()}
 
+    def waits_are_own(self, name: str) -> bool:
+        """Whether two of ``name``'s runs waited with no other process runnable (``_count_own_wait``): its waits
+        are its own threads'."""
+        return self.own_waits.get(name, 0) >= 2
+
     def waits_kept(self) -> dict:
         """name -> why its runs are judged waits and all, not retaken, for the candidates so judged (the table)."""
-        return {n: "its own threads' waits" if self.own_waits.get(n, 0) >= 2 else
+        return {n: "its own threads' waits" if self.waits_are_own(n) else
                 "its retakes waited in two rounds in a row"
                 for n, k in self.stuck.items() if k >= 2 and n in self.rounds}
 
@@ -262,7 +267,7 @@ class Race:
         with none seen before them, were judged its own, and the race kept ``direct``, 2.1x slower quietly)."""
         if self.waited(sample) and sample.alone():
             self.own_waits[name] = self.own_waits.get(name, 0) + 1
-            if self.own_waits[name] >= 2:
+            if self.waits_are_own(name):
                 self.stuck[name] = max(self.stuck.get(name, 0), 2)
 
     def _lead(self, name: str) -> int:
